@@ -213,6 +213,9 @@ class Thresholds(_Strict):
     decode_queue_high: int = Field(default=32, ge=1)
     kv_usage_high: float = Field(default=0.92, gt=0, le=1)
     kv_transfer_failures_per_minute: float = Field(default=1.0, ge=0)
+    kv_transfer_speed_low_gb_s: float = Field(
+        default=5.0, gt=0, description="median KV transfer speed below this on an RDMA stack suggests a TCP fallback"
+    )
     for_duration: str = Field(default="5m", pattern=r"^[0-9]+[smh]$")
 
 
