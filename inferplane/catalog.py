@@ -21,6 +21,13 @@ class BuildContext:
     release: ReleaseManifest
 
 
+RUNBOOK_OWNED_FIELDS = "inferplane.io/runbook-owned-fields"
+"""Annotation a builder puts on an object whose fields a runbook changes at run time (comma-separated
+property paths, e.g. ``spec.rolloutStrategy.rollingUpdateConfiguration.partition``, which the upgrade
+runbook walks down group by group). Components turn it into ``ignore_changes`` so `pulumi up` never
+rolls such a field back; the annotation also tells whoever reads the live object who owns the field."""
+
+
 @dataclass
 class Built:
     """What one component provisions. ``helm_releases`` entries: name, namespace, chart,
