@@ -93,6 +93,10 @@ class Pools(_Strict):
         return [(n, p) for n, p in (("encoder", self.encoder), ("prefill", self.prefill), ("decode", self.decode)) if p is not None]
 
 
+# SGLang 0.5.23's accepted values (srt/disaggregation/mooncake/utils.py); an empty value is not "unset" there.
+CustomMemPool = Literal["NVLINK", "BAREX", "INTRA_NODE_NVLINK"]
+
+
 class MooncakePoc(_Strict):
     mode: Literal["poc"]
     rpc_port: int = 50051
@@ -101,6 +105,8 @@ class MooncakePoc(_Strict):
     protocol: Literal["rdma", "tcp"] = "rdma"
     metadata_server: str | None = Field(default=None, description="override; default the master's embedded HTTP metadata server")
     store: MooncakeStore | None = None
+    custom_mem_pool: CustomMemPool | None = Field(default=None, description="SGLANG_MOONCAKE_CUSTOM_MEM_POOL; unset for RDMA across nodes")
+    intranode_nvlink: bool = Field(default=False, description="MC_INTRANODE_NVLINK: KV over NVLink when P and D share a node")
 
 
 class MooncakeHa(_Strict):
@@ -115,6 +121,8 @@ class MooncakeHa(_Strict):
     etcd_endpoints: tuple[str, ...] = Field(default=(), description="host:port; empty means the in-cluster etcd StatefulSet")
     metadata_server: str | None = None
     store: MooncakeStore | None = None
+    custom_mem_pool: CustomMemPool | None = Field(default=None, description="SGLANG_MOONCAKE_CUSTOM_MEM_POOL; unset for RDMA across nodes")
+    intranode_nvlink: bool = Field(default=False, description="MC_INTRANODE_NVLINK: KV over NVLink when P and D share a node")
 
     @model_validator(mode="after")
     def _oplog(self) -> MooncakeHa:
