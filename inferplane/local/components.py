@@ -208,7 +208,7 @@ def duration_seconds(text: str) -> float:
         total += int(number) * _UNIT_SECONDS[unit]
         number = ""
         i += len(unit)
-    if number:
+    if number or not text:
         raise ValueError(f"not a Prometheus duration (unit missing): {text!r}")
     return total
 

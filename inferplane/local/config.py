@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from inferplane.errors import ConfigError, format_validation_error
 from inferplane.spec import REPO_ROOT, Gateway, Thresholds
@@ -96,13 +96,12 @@ class LocalPlatformConfig(_Strict):
     observability: Observability = Observability()
     startup_timeout_seconds: int = Field(default=90, ge=5)
 
-    @model_validator(mode="after")
-    def _odd_etcd(self) -> LocalPlatformConfig:
-        if self.etcd_members % 2 == 0:
-            raise ValueError(
-                f"@etcd_members: {self.etcd_members} members tolerate no more failures than {self.etcd_members - 1}; use 1, 3 or 5"
-            )
-        return self
+    @field_validator("etcd_members")
+    @classmethod
+    def _odd_etcd(cls, n: int) -> int:
+        if n % 2 == 0:
+            raise ValueError(f"{n} members tolerate no more failures than {n - 1}; use 1, 3 or 5")
+        return n
 
     def resolve(self, path: str) -> Path:
         p = Path(path)

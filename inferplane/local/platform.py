@@ -120,18 +120,8 @@ class LocalPlatform:
         admin_key = previous.endpoints.gateway.admin_key if previous else None
         if self.cfg.gateway_admin_key and not admin_key:
             admin_key = secrets.token_urlsafe(24)
-        groups: dict[str, st.Group] = {}
-        for slot in layout.groups:
-            old = previous.groups.get(slot.name) if previous else None
-            groups[slot.name] = old or st.Group(
-                name=slot.name,
-                role=slot.role,
-                url=slot.url,
-                bootstrap_port=slot.bootstrap_port,
-                version=release.effective(slot.role).sglang_version,
-                release=str(self.cfg.release_path),
-                model=model,
-            )
+        baseline = self.baseline_groups(layout, release, model)
+        groups = {name: (previous.groups.get(name) if previous else None) or g for name, g in baseline.items()}
         endpoints = st.Endpoints(
             gateway=st.Gateway(
                 url=f"http://{HOST}:{layout.smg}", metrics_url=f"http://{HOST}:{layout.smg_metrics}/metrics", admin_key=admin_key
@@ -181,6 +171,21 @@ class LocalPlatform:
                 )
             )
         return state
+
+    def baseline_groups(self, layout: Layout, release: ReleaseManifest, model: str) -> dict[str, st.Group]:
+        """Every group as a fresh `up` creates it: the config's release, each role's pinned version."""
+        return {
+            slot.name: st.Group(
+                name=slot.name,
+                role=slot.role,
+                url=slot.url,
+                bootstrap_port=slot.bootstrap_port,
+                version=release.effective(slot.role).sglang_version,
+                release=str(self.cfg.release_path),
+                model=model,
+            )
+            for slot in layout.groups
+        }
 
     def _specs(self, layout: Layout, state: st.State) -> dict[str, ProcSpec]:
         token = "inferplane-" + hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:12]

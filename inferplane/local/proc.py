@@ -15,7 +15,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -166,12 +166,25 @@ def kill(ident: Identity) -> bool:
     return True
 
 
+def _until(check: Callable[[], bool], timeout: float = 2.0) -> None:
+    # Signals are delivered asynchronously: callers expect the new state once we return.
+    deadline = time.monotonic() + timeout
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def pause(ident: Identity) -> bool:
-    return signal_group(ident, signal.SIGSTOP)
+    if not signal_group(ident, signal.SIGSTOP):
+        return False
+    _until(lambda: stopped(ident.pid))
+    return True
 
 
 def resume(ident: Identity) -> bool:
-    return signal_group(ident, signal.SIGCONT)
+    if not signal_group(ident, signal.SIGCONT):
+        return False
+    _until(lambda: not stopped(ident.pid))
+    return True
 
 
 def kill_stragglers(pgid: int) -> None:
