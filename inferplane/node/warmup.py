@@ -356,7 +356,7 @@ class S3Source(Source):
     def key_path(self, rel: str) -> str:
         return self.base + "/" + _uri_encode(self.cfg.prefix + rel, "/")
 
-    def error(self, status: int, body: bytes, what: str) -> WarmupError:
+    def error(self, status: int, body: bytes, what: str, path: str = "") -> WarmupError:
         code = message = ""
         try:
             root = ET.fromstring(body)
@@ -373,7 +373,7 @@ class S3Source(Source):
             "PreconditionFailed": "the object changed while it was being copied; run again",
         }.get(code, "check the endpoint and credentials")
         detail = f"{code}: {message}" if code else f"HTTP {status}"
-        return WarmupError("source", f"{what}: {detail}; {hint}")
+        return WarmupError("source", f"{what}: {detail}; {hint}", path)
 
     def list_files(self) -> list[SourceFile]:
         conn = self.connect()
@@ -439,7 +439,7 @@ class _S3Reader(Reader):
                     if resp.status >= 500 and attempt + 1 < self.ATTEMPTS:
                         time.sleep(0.5 * 2**attempt)
                         continue
-                    raise src.error(resp.status, body, f"{f.rel}: GET {src.cfg.prefix}{f.rel}")
+                    raise src.error(resp.status, body, f"{f.rel}: GET {src.cfg.prefix}{f.rel}", f.rel)
                 got = 0
                 while got < len(view):
                     n = resp.readinto(view[got:])
