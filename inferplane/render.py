@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,18 +83,7 @@ def load_builder(defn: ComponentDef) -> Callable[[BuildContext], Built]:
 
 def build_all(ctx: BuildContext) -> list[RenderedComponent]:
     """Every catalog component's Built, in catalog (dependency) order."""
-    out = []
-    for defn in COMPONENTS:
-        try:
-            build = load_builder(defn)
-        except ModuleNotFoundError as exc:
-            # Transitional while the workload builders land (issue 4); removed once they exist.
-            if exc.name != defn.builder:
-                raise
-            print(f"WARNING: component {defn.name} skipped: {defn.builder} does not exist yet", file=sys.stderr)
-            continue
-        out.append(RenderedComponent(defn, build(ctx)))
-    return out
+    return [RenderedComponent(defn, load_builder(defn)(ctx)) for defn in COMPONENTS]
 
 
 def object_sort_key(obj: dict[str, Any]) -> tuple[int, str, str, str]:

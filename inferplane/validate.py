@@ -4,7 +4,8 @@
   bundle: unknown fields are errors, as with `kubectl apply --validate=strict`).
 - Custom resources: their CRD's ``openAPIV3Schema`` with unknown fields rejected. The API server
   would silently prune a typo'd field; here it is an error.
-- LeaderWorkerSet: the rules only its admission webhook enforces.
+- LeaderWorkerSet: the rules only its admission webhook enforces; for built-in controllers, the
+  API server's selector-matches-template rule the schema cannot express.
 - Policy: images pinned by digest, GPU/RDMA resources in limits (requests == limits), RDMA pods
   with IPC_LOCK, LWS pods gang-scheduled by Volcano, every namespaced object in a namespace,
   names and labels the API server accepts.
@@ -322,6 +323,25 @@ def _extended_resource_problems(container: dict[str, Any], where: tuple[Any, ...
             )
 
 
+def selector_problems(obj: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """The API server's rule the OpenAPI schema cannot express: a controller's selector must match
+    its own pod template, or the object is rejected at apply time."""
+    if obj.get("apiVersion") not in ("apps/v1", "batch/v1") or obj.get("kind") not in (
+        "Deployment",
+        "StatefulSet",
+        "DaemonSet",
+        "ReplicaSet",
+        "Job",
+    ):
+        return
+    spec = obj.get("spec") or {}
+    wanted = ((spec.get("selector") or {}).get("matchLabels")) or {}
+    have = (((spec.get("template") or {}).get("metadata") or {}).get("labels")) or {}
+    for key, value in sorted(wanted.items()):
+        if have.get(key) != value:
+            yield "spec.selector.matchLabels", f"{key}={value} is not a label of spec.template; the selector must match the pod template"
+
+
 def _int_or_percent(value: Any, field_name: str) -> tuple[int | None, str | None]:
     """(value, None) for an int or 'N%'; (None, problem) otherwise. Percent 0..100 only."""
     if isinstance(value, bool):
@@ -419,6 +439,7 @@ class Validator:
         problems.extend(metadata_problems(obj, namespaced))
         if api_version == "leaderworkerset.x-k8s.io/v1" and kind == "LeaderWorkerSet":
             problems.extend(lws_problems(obj))
+        problems.extend(selector_problems(obj))
         problems.extend(policy_problems(obj))
         for path, message in problems:
             self._add(file, ref, path, message)

@@ -252,6 +252,15 @@ def test_custom_resources_wait_for_the_charts_that_install_their_crds(run: Any, 
     assert any(d.endswith("::cluster-addons:volcano") for d in queue.dependencies)
 
 
+@pytest.mark.parametrize("stack", STACKS)
+def test_lws_rollout_partition_is_left_to_the_upgrade_runbook(run: Any, stack: str) -> None:
+    _, opts = run(stack)
+    lws = [o for o in opts if o.type_ == "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet"]
+    assert lws, "no LeaderWorkerSet registered"
+    for o in lws:
+        assert o.ignore_changes == ("spec.rolloutStrategy.rollingUpdateConfiguration.partition",), o.name
+
+
 def test_runbook_owned_fields_become_ignore_changes(options: dict[str, list[Options]]) -> None:
     lws = {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",

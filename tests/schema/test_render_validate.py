@@ -161,6 +161,15 @@ def test_wrong_enum_is_rejected(validator: Validator, rendered: dict[str, Path])
     assert any("restartPolicy: 'RecreateGroup' is not one of" in p for p in problems_of(validator, obj))
 
 
+def test_selector_that_misses_its_pod_template_is_rejected(validator: Validator, rendered: dict[str, Path]) -> None:
+    sts = find(rendered["prod"], "StatefulSet", "etcd")
+    sts["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] = "etcd-ha"
+    assert problems_of(validator, sts) == [
+        "test.yaml: StatefulSet/etcd: spec.selector.matchLabels: app.kubernetes.io/name=etcd-ha is not a label of spec.template; "
+        "the selector must match the pod template"
+    ]
+
+
 def test_image_without_digest_is_rejected(validator: Validator, rendered: dict[str, Path]) -> None:
     sts = find(rendered["prod"], "StatefulSet", "etcd")
     sts["spec"]["template"]["spec"]["containers"][0]["image"] = "quay.io/coreos/etcd:v3.6.4"
