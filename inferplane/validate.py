@@ -514,6 +514,6 @@ def validate_dir(directory: Path, crds_dir: Path | None = None, kubernetes_versi
     if crds is None and report.crds_skipped:
         report.notes.append(
             f"custom resources NOT schema-checked ({report.crds_skipped}): no CRD directory at {crds_dir}; "
-            "pass --crds DIR with the upstream CRDs (k8s-addons.md lists them)"
+            "pass --crds DIR holding the CRD YAML of the charts the release pins"
         )
     return report
