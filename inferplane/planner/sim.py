@@ -263,6 +263,9 @@ class _Simulation:
 
     def _start_step(self, g: int, lane: int, t: float) -> None:
         group = self.pg[g]
+        if group.current[lane] < 0 and not group.queue:
+            group.idle.append(lane)
+            return
         budget = self.chunk if self.chunk is not None else 1 << 62  # unchunked: no token budget
         duration = 0.0
         done: list[int] = []
@@ -384,20 +387,21 @@ class _Simulation:
         nxt = 0
         n = self.n
         pop = heapq.heappop
+        arrive, step_end, join, decode_due = self._arrive, self._step_end, self._join, self._decode_due
         while True:
             if nxt < n and (not events or arrival[nxt] <= events[0][0]):
-                self._arrive(nxt, arrival[nxt])
+                arrive(nxt, arrival[nxt])
                 nxt += 1
                 continue
             if not events or events[0][0] > end:
                 break
             t, _, kind, a, b = pop(events)
             if kind == _STEP_END:
-                self._step_end(a, b, t)  # type: ignore[arg-type]
+                step_end(a, b, t)  # type: ignore[arg-type]
             elif kind == _XFER_DONE:
-                self._join(a, t)
+                join(a, t)
             else:
-                self._decode_due(a, b, t)  # type: ignore[arg-type]
+                decode_due(a, b, t)  # type: ignore[arg-type]
         for d in self.dg:
             self._advance(d, end)
         return self._measure(end, time.perf_counter() - wall)
