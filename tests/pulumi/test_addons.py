@@ -170,7 +170,7 @@ def test_volcano_has_the_gang_plugin_and_a_queue_sized_to_the_pools(run: Any, st
     gpus = sum(p.groups * p.gpus_per_group for _, p in cfg.platform.pools.items())
     assert queue.inputs["metadata"]["name"] == cfg.platform.volcano.queue == "inference"
     assert queue.inputs["spec"]["capability"] == {"nvidia.com/gpu": str(gpus)}
-    assert gpus == {"poc": 10, "prod": 960}[stack]
+    assert gpus == {"poc": 10, "prod": 992}[stack]
 
 
 @pytest.mark.parametrize("stack", STACKS)
