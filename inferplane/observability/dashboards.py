@@ -135,6 +135,28 @@ REQUEST_SLO = Dashboard(
         Panel(
             "Aborted requests/s", (Query("sum by (engine_type) (rate(sglang:num_aborted_requests_total[5m]))", "{{engine_type}}"),), "reqps"
         ),
+        Panel(
+            "Finished requests/s and tokens/s",
+            (
+                Query('sum(rate(sglang:num_requests_total{engine_type=~"decode|unified"}[5m]))', "requests"),
+                Query('sum(rate(sglang:generation_tokens_total{engine_type=~"decode|unified"}[5m]))', "generated tokens"),
+            ),
+        ),
+        Panel("Gateway latency p99", (Query(_q(0.99, "smg_http_request_duration_seconds"), "p99"),), "s"),
+        Panel(
+            "Gateway retries/s",
+            (
+                Query("sum by (worker_type) (rate(smg_worker_retries_total[5m]))", "retries {{worker_type}}"),
+                Query("sum by (worker_type) (rate(smg_worker_retries_exhausted_total[5m]))", "exhausted {{worker_type}}"),
+            ),
+        ),
+        Panel(
+            "Worker errors/s",
+            (Query("sum by (worker_type, error_type) (rate(smg_worker_errors_total[5m]))", "{{worker_type}} {{error_type}}"),),
+        ),
+        Panel("In flight per worker", (Query("max by (worker) (smg_worker_requests_active)", "{{worker}}"),)),
+        Panel("Registered workers", (Query("max by (worker_type) (smg_worker_pool_size)", "{{worker_type}}"),), kind="stat"),
+        Panel("Overloaded models", (Query("max(smg_workers_overloaded)", "overloaded"),), kind="stat"),
     ),
 )
 
@@ -174,7 +196,27 @@ PREFILL = Dashboard(
                 Query("sum(rate(sglang:backuped_tokens_total[5m]))", "written"),
             ),
         ),
+        Panel(
+            "Cached prompt tokens/s",
+            (Query('sum by (instance) (rate(sglang:cached_tokens_total{engine_type="prefill"}[5m]))', "{{instance}}"),),
+        ),
+        Panel(
+            "HiCache host (L2) usage",
+            (
+                Query(
+                    "sum by (instance) (sglang:hicache_host_used_tokens) / sum by (instance) (sglang:hicache_host_total_tokens)",
+                    "{{instance}}",
+                ),
+            ),
+            "percentunit",
+        ),
         Panel("Encoder requests/s (EPD)", (Query("sum by (instance) (rate(sglang:encoder_requests_total[5m]))", "{{instance}}"),), "reqps"),
+        Panel(
+            "Encoder latency p99 (EPD)",
+            (Query(_q(0.99, "sglang:encoder_request_e2e_latency_seconds", by="instance"), "{{instance}}"),),
+            "s",
+        ),
+        Panel("Encoder cache (EPD)", (Query("sum by (instance) (sglang:encoder_cache_size_mb)", "{{instance}}"),), "decmbytes"),
     ),
 )
 
@@ -200,6 +242,14 @@ DECODE = Dashboard(
         ),
         Panel("Retracted requests", (Query('sum by (instance) (sglang:num_retracted_reqs{engine_type="decode"})', "{{instance}}"),)),
         Panel("Admission window (max_running_requests)", (Query("max by (worker) (smg_pd_admission_window)", "{{worker}}"),)),
+        Panel(
+            "KV tokens used / capacity",
+            (
+                Query('sum by (instance) (sglang:num_used_tokens{engine_type="decode"})', "used {{instance}}"),
+                Query('sum by (instance) (sglang:max_total_num_tokens{engine_type="decode"})', "capacity {{instance}}"),
+            ),
+        ),
+        Panel("Weight load time", (Query("max by (instance) (sglang:weight_load_duration_seconds)", "{{instance}}"),), "s", kind="stat"),
     ),
 )
 
@@ -240,7 +290,26 @@ MOONCAKE = Dashboard(
         Panel("Oplog standby lag", (Query(f"ha_oplog_standby_lag{_MC}", "{{instance}}"),)),
         Panel("HA state transitions", (Query(f"increase(ha_state_transitions_total{_MC}[15m])", "{{instance}}"),)),
         Panel("Evicted bytes/s", (Query(f"rate(master_evicted_size_bytes{_MC}[5m])", "{{instance}}"),), "Bps"),
+        Panel("Oplog entries not yet applied", (Query(f"ha_oplog_pending_entries{_MC}", "{{instance}}"),)),
+        Panel("Eviction passes/s", (Query(f"rate(master_successful_evictions_total{_MC}[5m])", "{{instance}}"),)),
         Panel("etcd leader changes (1h)", (Query('increase(etcd_server_leader_changes_seen_total{job="etcd"}[1h])', "{{instance}}"),)),
+        Panel(
+            "etcd latency p99",
+            (
+                Query(_q(0.99, "etcd_disk_wal_fsync_duration_seconds", by="instance", selector='{job="etcd"}'), "WAL fsync {{instance}}"),
+                Query(
+                    _q(0.99, "etcd_network_peer_round_trip_time_seconds", by="instance", selector='{job="etcd"}'), "peer RTT {{instance}}"
+                ),
+            ),
+            "s",
+        ),
+        Panel(
+            "etcd database and failed proposals",
+            (
+                Query('etcd_mvcc_db_total_size_in_bytes{job="etcd"}', "db {{instance}}"),
+                Query('increase(etcd_server_proposals_failed_total{job="etcd"}[1h])', "failed proposals/h {{instance}}"),
+            ),
+        ),
     ),
 )
 
@@ -256,6 +325,7 @@ FABRIC = Dashboard(
             (
                 Query("sum by (instance) (rate(sglang:num_transfer_failed_reqs_total[5m])) * 60", "transfer {{instance}}"),
                 Query("sum by (instance) (rate(sglang:num_bootstrap_failed_reqs_total[5m])) * 60", "bootstrap {{instance}}"),
+                Query("sum(rate(smg_pd_bootstrap_failures_total[5m])) * 60", "gateway bootstrap injection"),
             ),
         ),
         Panel(
@@ -287,7 +357,14 @@ GPU = Dashboard(
     (
         Panel("GPU utilisation", (Query("avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", "{{Hostname}}"),), "percent"),
         Panel("Tensor pipe active", (Query("avg by (Hostname) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)", "{{Hostname}}"),), "percentunit"),
-        Panel("Memory used", (Query("sum by (Hostname) (DCGM_FI_DEV_FB_USED)", "{{Hostname}}"),), "decmbytes"),
+        Panel(
+            "Memory used / free",
+            (
+                Query("sum by (Hostname) (DCGM_FI_DEV_FB_USED)", "used {{Hostname}}"),
+                Query("sum by (Hostname) (DCGM_FI_DEV_FB_FREE)", "free {{Hostname}}"),
+            ),
+            "decmbytes",
+        ),
         Panel("DRAM active", (Query("avg by (Hostname) (DCGM_FI_PROF_DRAM_ACTIVE)", "{{Hostname}}"),), "percentunit"),
         Panel("Temperature", (Query("max by (Hostname) (DCGM_FI_DEV_GPU_TEMP)", "{{Hostname}}"),), "celsius"),
         Panel("Power", (Query("sum by (Hostname) (DCGM_FI_DEV_POWER_USAGE)", "{{Hostname}}"),), "watt"),

@@ -102,23 +102,15 @@ _ALL: list[Metric] = [
         ("smg_worker_requests_active", "requests in flight per worker"),
         ("smg_worker_pool_size", "registered workers per worker_type"),
         ("smg_workers_overloaded", "1 while every worker of a model is overloaded"),
-        ("smg_http_connections_active", "client connections open"),
-        ("smg_engine_token_usage", "engine KV usage from the load poll"),
-        ("smg_engine_waiting_requests", "engine queue from the load poll"),
-        ("smg_engine_running_requests", "engine running requests from the load poll"),
         ("smg_pd_admission_window", "decode admission window (max_running_requests)"),
     ),
     *_m(
         "smg",
         "counter",
-        ("smg_http_requests_total", "requests received"),
         ("smg_http_responses_total", "responses by status_code and error_code"),
-        ("smg_router_requests_total", "requests routed, by backend_type (pd|regular)"),
-        ("smg_worker_cb_transitions_total", "circuit breaker transitions by from/to"),
         ("smg_worker_retries_total", "retries by worker_type"),
         ("smg_worker_retries_exhausted_total", "requests that ran out of retries"),
         ("smg_worker_errors_total", "worker errors by worker_type and error_type"),
-        ("smg_worker_health_checks_total", "health checks by worker_type and result"),
         ("smg_pd_bootstrap_failures_total", "PD: requests whose bootstrap injection failed"),
     ),
     *_m(
@@ -126,7 +118,6 @@ _ALL: list[Metric] = [
         "histogram",
         ("smg_http_request_duration_seconds", "request duration at the gateway"),
         ("smg_pd_ttft_seconds", "PD: time to first token seen by the gateway"),
-        ("smg_pd_prefill_duration_seconds", "PD: prefill leg duration"),
     ),
     # Mooncake master 0.3.13.post1 (admin HTTP /metrics on 9003; read from the running binary).
     *_m(

@@ -55,3 +55,31 @@ def test_an_unlisted_metric_is_caught() -> None:
 def test_regex_name_matchers_must_be_plain_alternatives() -> None:
     with pytest.raises(PromQLNameError):
         metric_names('{__name__=~"sglang:.*"}')
+
+
+def test_six_dashboards_and_every_query_reads_catalogued_metrics() -> None:
+    from inferplane.observability.dashboards import DASHBOARDS, queries
+
+    assert [d.title.split(" / ")[1] for d in DASHBOARDS] == ["Request SLO", "Prefill", "Decode", "Mooncake", "Fabric", "GPU"]
+    assert len({d.uid for d in DASHBOARDS}) == 6
+    for dash in DASHBOARDS:
+        model = dash.model()
+        assert model["uid"] == dash.uid and model["panels"], dash.title
+        assert all(t["datasource"]["uid"] == "${datasource}" for p in model["panels"] for t in p["targets"])
+        for title, expr in queries(dash):
+            _check_names(expr, f"dashboard {dash.title!r} panel {title!r}")
+
+
+def test_every_catalogued_metric_is_read_by_a_rule_or_a_dashboard() -> None:
+    # The catalogue lists what we rely on; a name nothing reads is either dead or a typo of a used one.
+    from inferplane.observability.dashboards import DASHBOARDS, queries
+
+    used: set[str] = set()
+    for group in rule_groups(Thresholds()):
+        for rule in group["rules"]:
+            used |= {m.name for n in metric_names(rule["expr"]) if (m := lookup(n))}
+    for dash in DASHBOARDS:
+        for _, expr in queries(dash):
+            used |= {m.name for n in metric_names(expr) if (m := lookup(n))}
+    unused = sorted(set(CATALOGUE) - used)
+    assert unused == [], "catalogue entries nothing reads"
