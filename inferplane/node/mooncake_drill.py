@@ -127,7 +127,10 @@ class Recorder:
             if stop_event is not None and stop_event.is_set():
                 break
             t = time.time()
-            self.sample_once(n)
+            try:
+                self.sample_once(n)
+            except Exception as exc:  # a bad answer must not end the recording mid-drill
+                self.timeline.add({"kind": "sample_error", "t": t, "error": f"{type(exc).__name__}: {exc}"})
             n += 1
             if not self.hung and self.client.silent_for() > self.hang_timeout_s:
                 # A put that has not returned in hang_timeout_s is a hung client, not a slow failover

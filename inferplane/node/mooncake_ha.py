@@ -17,6 +17,7 @@ and then never answers, which is exactly the failure nobody noticed in productio
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import time
 import urllib.error
@@ -86,7 +87,8 @@ def _request(url: str, body: dict[str, Any] | None = None, timeout: float = DEFA
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+    except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException, ValueError) as exc:
+        # HTTPException: a process frozen or killed mid-answer leaves a truncated response.
         reason = getattr(exc, "reason", exc)
         raise ProbeError(f"{url}: {reason or type(exc).__name__}") from None
 
@@ -110,6 +112,14 @@ def http_text(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> str:
 
 
 # --------------------------------------------------------------------------- etcd v3 (gRPC gateway)
+
+
+def as_int(value: Any, default: int = 0) -> int:
+    """etcd's gateway sends int64 as strings and omits zero values; a master in transition sends nulls."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
 
 
 def b64(text: str) -> str:
@@ -152,8 +162,8 @@ def etcd_range(
         {
             "key": unb64(kv.get("key")),
             "value": unb64(kv.get("value")),
-            "lease": int(kv.get("lease", 0)),
-            "mod_revision": int(kv.get("mod_revision", 0)),
+            "lease": as_int(kv.get("lease")),
+            "mod_revision": as_int(kv.get("mod_revision")),
         }
         for kv in out.get("kvs", [])
     ]
@@ -165,9 +175,9 @@ def etcd_status(endpoint: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, 
     return {
         "member_id": str(header.get("member_id", "")),
         "leader_id": str(out.get("leader", "")),
-        "raft_term": int(out.get("raftTerm", header.get("raft_term", 0))),
-        "raft_index": int(out.get("raftIndex", 0)),
-        "db_size": int(out.get("dbSize", 0)),
+        "raft_term": as_int(out.get("raftTerm", header.get("raft_term"))),
+        "raft_index": as_int(out.get("raftIndex")),
+        "db_size": as_int(out.get("dbSize")),
         "version": out.get("version", ""),
         "errors": list(out.get("errors", [])),
     }
@@ -203,7 +213,7 @@ def etcd_health(endpoint: str, timeout: float = DEFAULT_TIMEOUT_S) -> bool:
 
 def etcd_lease_ttl(endpoint: str, lease_id: int, timeout: float = DEFAULT_TIMEOUT_S) -> int:
     out = etcd_call(endpoint, "/v3/kv/lease/timetolive", {"ID": str(lease_id)}, timeout)
-    return int(out.get("TTL", -1))
+    return as_int(out.get("TTL"), -1)
 
 
 def etcd_delete_if_unchanged(endpoint: str, key: str, mod_revision: int, timeout: float = DEFAULT_TIMEOUT_S) -> bool:
@@ -311,7 +321,7 @@ def _probe_master(master: dict[str, Any], timeout: float, with_metrics: bool) ->
         ha_state=health.get("ha_state"),
         service_ready=bool(health.get("service_ready")),
         leader_address=health.get("leader_address", ""),
-        view_version=int(health.get("view_version", 0)),
+        view_version=as_int(health.get("view_version")),
     )
     if with_metrics:
         try:
@@ -406,6 +416,12 @@ def _problem(reasons: list[dict[str, str]], severity: str, what: str, next_step:
     reasons.append({"severity": severity, "what": what, "next_step": next_step})
 
 
+def published(master: dict[str, Any]) -> str:
+    """The address a leader put into master_view: its own /health leader_address (on Kubernetes the
+    pod IP, not the DNS name the inventory knows it by)."""
+    return str(master.get("leader_address") or master.get("rpc_address", ""))
+
+
 def assess(snap: dict[str, Any], *, expected_masters: int = 2, expected_etcd_members: int = 3, max_standby_lag: int = 0) -> dict[str, Any]:
     """One verdict from a snapshot: healthy / degraded / down / split-brain-suspected, and what to do next.
 
@@ -449,11 +465,11 @@ def assess(snap: dict[str, Any], *, expected_masters: int = 2, expected_etcd_mem
             + f"; etcd master_view says {view_addr or 'nothing'}",
             f"restart nothing yet; re-run diagnose in {MASTER_VIEW_LEASE_TTL_S} s (a resumed old leader steps down within a second); if it persists, stop the master whose address is not the master_view value",
         )
-    elif leader is not None and view_addr and view_addr != leader["rpc_address"] and has_quorum:
+    elif leader is not None and view_addr and view_addr != published(leader) and has_quorum:
         _problem(
             reasons,
             "split-brain-suspected",
-            f"{leader['name']} serves as leader at {leader['rpc_address']} but etcd master_view names {view_addr}; clients follow the view",
+            f"{leader['name']} serves as leader at {published(leader)} but etcd master_view names {view_addr}; clients follow the view",
             f"re-run diagnose in {MASTER_VIEW_LEASE_TTL_S} s; if it persists, stop {leader['name']} so the view's holder is the only leader",
         )
     if not up:
@@ -498,11 +514,11 @@ def assess(snap: dict[str, Any], *, expected_masters: int = 2, expected_etcd_mem
                     f"{m['name']} is {m.get('role')}/{m.get('ha_state')}, expected standby/standby",
                     "re-run diagnose; if it stays, restart it (recovery)",
                 )
-            elif m.get("leader_address") and m["leader_address"] != leader["rpc_address"]:
+            elif m.get("leader_address") and m["leader_address"] != published(leader):
                 _problem(
                     reasons,
                     "degraded",
-                    f"{m['name']} follows {m['leader_address']}, the leader is {leader['rpc_address']}",
+                    f"{m['name']} follows {m['leader_address']}, the leader is {published(leader)}",
                     "re-run diagnose; a standby that keeps following the old leader needs a restart (recovery)",
                 )
             lag = (m.get("metrics") or {}).get("ha_oplog_standby_lag")
@@ -556,7 +572,7 @@ def assess(snap: dict[str, Any], *, expected_masters: int = 2, expected_etcd_mem
         "reasons": reasons,
         "next_step": first["next_step"] if first else "none: the platform is healthy",
         "leader": leader["name"] if leader else None,
-        "leader_address": leader["rpc_address"] if leader else None,
+        "leader_address": published(leader) if leader else None,
         "standbys": [m["name"] for m in up if m.get("role") == "standby"],
         "view": {
             "address": view_addr,

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -46,7 +47,7 @@ def child_main(cfg: dict[str, Any]) -> None:
     out = sys.stdout
     os.environ["MC_STORE_CLUSTER_ID"] = cfg["cluster_id"]  # must equal the masters' --cluster_id
     try:
-        from mooncake.store import MooncakeDistributedStore
+        from mooncake.store import MooncakeDistributedStore, ReplicateConfig
     except ImportError as exc:
         _emit(out, kind="setup", rc=-1, error=f"mooncake.store not importable in {sys.executable}: {exc}")
         os._exit(3)
@@ -64,12 +65,17 @@ def child_main(cfg: dict[str, Any]) -> None:
     _emit(out, kind="setup", rc=int(rc), t=t0, t1=time.time())
     if rc != 0:
         os._exit(3)
+    # Keep the drill's keys in this client's own segment: the master would otherwise also place
+    # them on segments of clients that died less than client_ttl ago (put fails TRANSFER_FAIL).
+    placement = ReplicateConfig()
+    placement.replica_num = 1
+    placement.preferred_segment = store.get_hostname()
     size = int(cfg["value_size"])
     prefix = cfg["key_prefix"]
     seeds = [f"{prefix}/seed/{i}" for i in range(int(cfg["seed_keys"]))]
     for key in seeds:
         t = time.time()
-        rc = store.put(key, value_for(key, size))
+        rc = store.put(key, value_for(key, size), placement)
         _emit(out, kind="seed", key=key, rc=int(rc), t=t, t1=time.time())
     _emit(out, kind="ready", seeds=len(seeds))
     written: list[str] = []
@@ -85,7 +91,7 @@ def child_main(cfg: dict[str, Any]) -> None:
             continue
         key = f"{prefix}/stream/{i}"
         t = time.time()
-        rc = store.put(key, value_for(key, size))
+        rc = store.put(key, value_for(key, size), placement)
         _emit(out, kind="put", key=key, rc=int(rc), t=t, t1=time.time())
         if rc == 0:
             written.append(key)
@@ -95,7 +101,12 @@ def child_main(cfg: dict[str, Any]) -> None:
         got = store.get(key)
         _emit(out, kind="verify", key=key, ok=bytes(got) == value_for(key, size), size=len(got), t=t, t1=time.time())
     _emit(out, kind="done")
-    # close() can block for a long time after a failover; the OS reclaims everything at exit.
+    # close() unmounts the segment so the master stops placing data on it at once; it can block
+    # for a long time after a failover and holds the GIL meanwhile, so SIGALRM's default action
+    # (terminate) bounds it.
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(int(cfg.get("close_timeout_s", 5)))
+    store.close()
     os._exit(0)
 
 

@@ -98,8 +98,10 @@ def main() -> None:
         recorder.timeline.add({"kind": "recorder_failed", "error": str(exc)})
         recorder.timeline.close()
         module.fail_json(msg=str(exc), timeline=recorder.timeline_path)
-    recorder.watch(p["stop_file"], p["max_s"])
-    summary = recorder.finish(p["verify_timeout_s"])
+    try:
+        recorder.watch(p["stop_file"], p["max_s"])
+    finally:
+        summary = recorder.finish(p["verify_timeout_s"])
     stopped_by_file = os.path.exists(p["stop_file"])
     module.exit_json(changed=False, stopped_by_file=stopped_by_file, **summary)
 
