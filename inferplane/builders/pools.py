@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferplane import endpoints
+from inferplane.builders.addons import GPU_NODE_LABEL, GPU_TOLERATION
 from inferplane.builders.common import labels, metadata, service_account
 from inferplane.catalog import RUNBOOK_OWNED_FIELDS, BuildContext, Built
 from inferplane.errors import ConfigError
@@ -38,7 +39,6 @@ LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
 PREFLIGHT_LABEL = "inferplane.io/preflight"
 PREFLIGHT_OK = ("pass", "warn")
 RACK_LABEL = "inferplane.io/rack"
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
 def build(ctx: BuildContext) -> Built:
@@ -161,7 +161,7 @@ def _affinity(role: str, pool: Pool) -> dict[str, Any]:
                 "nodeSelectorTerms": [
                     {
                         "matchExpressions": [
-                            {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
+                            {"key": GPU_NODE_LABEL, "operator": "In", "values": ["true"]},
                             {"key": PREFLIGHT_LABEL, "operator": "In", "values": list(PREFLIGHT_OK)},
                         ]
                     }
