@@ -262,18 +262,25 @@ class _Simulation:
             self._start_step(g, group.idle.pop(), t)
 
     def _start_step(self, g: int, lane: int, t: float) -> None:
+        """Start the lane's next step: its part-done prompt first, then queued prompts up to the budget.
+
+        Consecutive steps a single prompt fills completely take nothing from the queue, so they are
+        one event here (the run of full chunks), and only the prompt's last, partial chunk packs in
+        queued prompts; the timeline is the same as stepping chunk by chunk.
+        """
         group = self.pg[g]
         if group.current[lane] < 0 and not group.queue:
             group.idle.append(lane)
             return
-        budget = self.chunk if self.chunk is not None else 1 << 62  # unchunked: no token budget
+        chunk = self.chunk if self.chunk is not None else 1 << 62  # unchunked: no token budget
+        budget = chunk
         duration = 0.0
         done: list[int] = []
         rid = group.current[lane]
         if rid >= 0:
-            take = min(group.remaining[lane], budget)
+            take = self._take(group.remaining[lane], budget, chunk)
             duration += take * self.sec_per_token[rid]
-            budget -= take
+            budget = budget - take if take < budget else 0
             if take == group.remaining[lane]:
                 done.append(rid)
                 group.current[lane] = -1
@@ -284,20 +291,26 @@ class _Simulation:
             rid = group.queue.popleft()
             self.prefill_start[rid] = t
             length = self.inp[rid]
-            take = min(length, budget)
+            take = self._take(length, budget, chunk)
             duration += take * self.sec_per_token[rid]
-            budget -= take
+            budget = budget - take if take < budget else 0
             if take == length:
                 done.append(rid)
             else:
                 group.current[lane] = rid
                 group.remaining[lane] = length - take
-        if duration == 0.0 and not done:
-            group.idle.append(lane)
-            return
         # Busy time counts up to the last arrival only, where the measurement ends.
         group.busy += max(0.0, min(duration, self.end - t))
         self._push(t + duration, _STEP_END, g * self.lanes + lane, (done, duration))
+
+    @staticmethod
+    def _take(tokens: int, budget: int, chunk: int) -> int:
+        """Tokens of a prompt this step computes: all that fit, or a run of whole chunks from an empty step."""
+        if tokens <= budget:
+            return tokens
+        if budget == chunk:
+            return tokens - tokens % chunk
+        return budget
 
     def _step_end(self, key: int, payload: tuple[list[int], float], t: float) -> None:
         g, lane = divmod(key, self.lanes)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -169,7 +168,10 @@ def test_profile_measured_on_another_group_shape_is_refused_for_a_stack(capsys: 
 
 @pytest.fixture
 def stacks(tmp_path: Path) -> Path:
-    shutil.copy(STACKS_DIR / "Pulumi.prod.yaml", tmp_path / "Pulumi.prod.yaml")
+    """A copy of the prod stack with one group per pool, so any real plan is a change."""
+    text = (STACKS_DIR / "Pulumi.prod.yaml").read_text()
+    one = {"groups": 1, "min_groups": 1}
+    (tmp_path / "Pulumi.prod.yaml").write_text(update_pool_fields(text, {"prefill": one, "decode": one}, "copy"))
     return tmp_path
 
 
@@ -178,7 +180,7 @@ def test_write_stack_shows_a_diff_and_writes_nothing_without_yes(capsys: pytest.
     args = ["--workload", "chat", "--rate", "300", "--profile", PROFILE, "--write-stack", "prod", "--stacks-dir", str(stacks), *FAST]
     code, out, _ = plan_pd(capsys, *args)
     assert code == 0
-    assert "--- a/" in out and "+++ b/" in out and "-        groups: 24" in out
+    assert "--- a/" in out and "+++ b/" in out and "-        groups: 1\n" in out and "+        groups: " in out
     assert "not written: review the diff, then add --yes" in out
     assert (stacks / "Pulumi.prod.yaml").read_text() == before
 
