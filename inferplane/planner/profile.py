@@ -4,7 +4,8 @@ A profile is a YAML file (``profiles/*.yaml``) holding curves measured on one gr
 
 - prefill: saturated prompt tokens/s per group against input length, and p99 TTFT (queue + prefill,
   at the prefill server) against input length and load (fraction of saturated throughput);
-- decode: time per output token (one decode iteration) against running batch and mean context;
+- decode: time per output token (one decode iteration) against running batch and mean context,
+  which also gives decode throughput (batch / TPOT generated tokens/s);
 - the decode group's KV capacity and max running requests, and the KV transfer cost between them.
 
 The planner never extrapolates a curve past what was measured: an input longer than the longest
