@@ -57,7 +57,6 @@ def playbook(platform: PlatformHandle, tmp: Path, **extravars: Any) -> Run:
             "mooncake_recovery_reports_dir": str(reports),
             **extravars,
         },
-        binary=str(BIN / "ansible-playbook"),
         envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", "PATH": f"{BIN}:{os.environ.get('PATH', '')}"},
         quiet=True,
     )
@@ -69,6 +68,12 @@ def diagnosis(platform: PlatformHandle) -> dict[str, Any]:
     mc = state.endpoints.mooncake
     masters = [m.model_dump() for m in mc.masters]
     return ha.assess(ha.snapshot(state.endpoints.etcd.endpoints, masters, mc.cluster_id))
+
+
+@pytest.fixture(autouse=True)
+def venv_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ansible-runner finds ansible-playbook on this process's PATH (`make` puts the venv there; a bare pytest may not)."""
+    monkeypatch.setenv("PATH", f"{BIN}:{os.environ.get('PATH', '')}")
 
 
 @pytest.fixture
