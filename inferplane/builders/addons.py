@@ -20,6 +20,9 @@ from inferplane.manifest import HelmChart, ReleaseManifest
 from inferplane.spec import MooncakeHa, PlatformSpec, RdmaResource
 
 PART_OF = "inferplane"
+MONITORING_NAMESPACE = "monitoring"
+# Grafana's dashboard sidecar loads ConfigMaps carrying this label (kube-prometheus-stack values).
+DASHBOARD_LABEL = "grafana_dashboard"
 GPU_NODE_LABEL = "nvidia.com/gpu.present"
 GPU_NODE_SELECTOR = {GPU_NODE_LABEL: "true"}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -92,7 +95,12 @@ def build(ctx: BuildContext) -> Built:
     built.objects.extend(namespaces(spec))
     built.objects.extend(node_topology_labels(spec))
 
-    built.helm_releases.append(gpu_operator_release(spec, release))
+    # kube-prometheus-stack first: its CRDs back the DCGM ServiceMonitor the GPU operator renders
+    # and every monitor of the Observability component.
+    built.objects.append(monitoring_namespace())
+    monitoring = kube_prometheus_stack(spec, release)
+    built.helm_releases.append(monitoring)
+    built.helm_releases.append({**gpu_operator_release(spec, release), "after": [monitoring["name"]]})
     if spec.rdma.provider == "network_operator":
         built.helm_releases.append(network_operator_release(release))
         built.objects.append(nic_cluster_policy(spec, release))
@@ -107,6 +115,42 @@ def build(ctx: BuildContext) -> Built:
     if in_cluster_etcd(spec):
         built.objects.extend(etcd(spec, release))
     return built
+
+
+# --- monitoring -------------------------------------------------------------------------------------
+
+
+def monitoring_namespace() -> dict[str, Any]:
+    # node-exporter (RDMA port counters for the Fabric dashboard) needs host namespaces.
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": MONITORING_NAMESPACE,
+            "labels": {"app.kubernetes.io/part-of": PART_OF, "pod-security.kubernetes.io/enforce": "privileged"},
+        },
+    }
+
+
+def kube_prometheus_stack(spec: PlatformSpec, release: ReleaseManifest) -> dict[str, Any]:
+    obs = spec.observability
+    values = {
+        "prometheus": {
+            "prometheusSpec": {
+                "scrapeInterval": obs.scrape_interval,
+                "evaluationInterval": obs.scrape_interval,
+                "retention": "15d",
+                # Select only objects labelled release=<this release> (the chart's default), in every namespace.
+                "ruleSelectorNilUsesHelmValues": True,
+                "serviceMonitorSelectorNilUsesHelmValues": True,
+                "podMonitorSelectorNilUsesHelmValues": True,
+            }
+        },
+        "grafana": {"sidecar": {"dashboards": {"enabled": True, "label": DASHBOARD_LABEL, "labelValue": "1", "searchNamespace": "ALL"}}},
+        # node-exporter's infiniband collector is on by default on Linux: RDMA port counters.
+        "prometheus-node-exporter": {"enabled": True},
+    }
+    return helm_release(obs.release_label, MONITORING_NAMESPACE, release.addons.kube_prometheus_stack, values)
 
 
 # --- namespaces and node labels -------------------------------------------------------------------

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferplane.builders.addons import PART_OF, labels
+from inferplane.builders.addons import DASHBOARD_LABEL, MONITORING_NAMESPACE, PART_OF, labels
 
 __all__ = [
+    "DASHBOARD_LABEL",
     "MONITORING_NAMESPACE",
     "PART_OF",
     "labels",
@@ -17,7 +18,6 @@ __all__ = [
     "service_account",
 ]
 
-MONITORING_NAMESPACE = "monitoring"
 """Where kube-prometheus-stack runs (inferplane/builders/observability.py); NetworkPolicies admit scrapes from it."""
 
 

@@ -17,8 +17,8 @@ import json
 from typing import Any
 
 from inferplane import endpoints
-from inferplane.builders.addons import ETCD_NAME, helm_release, in_cluster_etcd
-from inferplane.builders.common import MONITORING_NAMESPACE, PART_OF, labels, metadata
+from inferplane.builders.addons import ETCD_NAME, in_cluster_etcd
+from inferplane.builders.common import DASHBOARD_LABEL, MONITORING_NAMESPACE, labels, metadata
 from inferplane.builders.pools import LWS_WORKER_INDEX_LABEL
 from inferplane.catalog import BuildContext, Built
 from inferplane.observability.dashboards import DASHBOARDS
@@ -26,49 +26,16 @@ from inferplane.observability.rules import rule_groups
 from inferplane.spec import PlatformSpec
 
 COMPONENT = "observability"
-DASHBOARD_LABEL = "grafana_dashboard"
 
 
 def build(ctx: BuildContext) -> Built:
     spec = ctx.spec
-    objects: list[dict[str, Any]] = [monitoring_namespace()]
-    objects += monitors(spec)
+    # The monitoring namespace and kube-prometheus-stack are cluster add-ons: the GPU operator's
+    # DCGM ServiceMonitor needs the monitoring CRDs before anything here exists.
+    objects: list[dict[str, Any]] = monitors(spec)
     objects.append(prometheus_rule(spec))
     objects += dashboard_config_maps(spec)
-    return Built(objects=objects, helm_releases=[kube_prometheus_stack(ctx)])
-
-
-def monitoring_namespace() -> dict[str, Any]:
-    # node-exporter (RDMA port counters for the Fabric dashboard) needs host namespaces.
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": MONITORING_NAMESPACE,
-            "labels": {"app.kubernetes.io/part-of": PART_OF, "pod-security.kubernetes.io/enforce": "privileged"},
-        },
-    }
-
-
-def kube_prometheus_stack(ctx: BuildContext) -> dict[str, Any]:
-    obs = ctx.spec.observability
-    values = {
-        "prometheus": {
-            "prometheusSpec": {
-                "scrapeInterval": obs.scrape_interval,
-                "evaluationInterval": obs.scrape_interval,
-                "retention": "15d",
-                # Select only objects labelled release=<this release> (the chart's default), in every namespace.
-                "ruleSelectorNilUsesHelmValues": True,
-                "serviceMonitorSelectorNilUsesHelmValues": True,
-                "podMonitorSelectorNilUsesHelmValues": True,
-            }
-        },
-        "grafana": {"sidecar": {"dashboards": {"enabled": True, "label": DASHBOARD_LABEL, "labelValue": "1", "searchNamespace": "ALL"}}},
-        # node-exporter's infiniband collector is on by default on Linux: RDMA port counters.
-        "prometheus-node-exporter": {"enabled": True},
-    }
-    return helm_release(obs.release_label, MONITORING_NAMESPACE, ctx.release.addons.kube_prometheus_stack, values)
+    return Built(objects=objects)
 
 
 def _job(name: str) -> dict[str, Any]:

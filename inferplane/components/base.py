@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pulumi
@@ -71,6 +72,15 @@ def chart_ref(release: dict[str, Any]) -> tuple[str, k8s.helm.v3.RepositoryOptsA
     return release["chart"], k8s.helm.v3.RepositoryOptsArgs(repo=repo)
 
 
+@dataclass(frozen=True)
+class SecretData:
+    """A Secret whose values are Pulumi secrets (config), registered as a child of the component."""
+
+    name: str
+    namespace: str
+    string_data: dict[str, pulumi.Input[str]]
+
+
 class PlatformComponent(pulumi.ComponentResource):
     """Registers a Built: Namespaces first, then Helm releases, then every other object.
 
@@ -83,7 +93,12 @@ class PlatformComponent(pulumi.ComponentResource):
 
     component: ClassVar[str]
 
-    def __init__(self, built: Built, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(
+        self,
+        built: Built,
+        opts: pulumi.ResourceOptions | None = None,
+        secrets: Sequence[SecretData] = (),
+    ) -> None:
         defn = component_def(self.component)
         super().__init__(defn.type_token, defn.name, None, opts)
         self.resources: dict[str, pulumi.CustomResource] = {}
@@ -96,16 +111,24 @@ class PlatformComponent(pulumi.ComponentResource):
                 namespaces[obj["metadata"]["name"]] = ns
 
         for rel in built.helm_releases:
-            release = self._release(rel, [namespaces[rel["namespace"]]] if rel["namespace"] in namespaces else [])
+            # `after`: charts whose CRDs this chart's templates need (release order within the component).
+            deps = [self.releases[name] for name in rel.get("after", ())]
+            if rel["namespace"] in namespaces:
+                deps.append(namespaces[rel["namespace"]])
+            release = self._release(rel, deps)
             self.releases[rel["name"]] = release
             if rel.get("crds") == "keep":
                 for crd in rel.get("crd_names", ()):
                     self._keep_crd(crd, release)
 
+        # Secret values never pass through the pure builders (rendered YAML is reviewed in the
+        # open): they arrive here as Pulumi secrets and everything else in the component waits.
+        secret_resources = [self._secret(sd, namespaces) for sd in secrets]
+
         for obj in built.objects:
             if obj["kind"] == "Namespace":
                 continue
-            deps: list[pulumi.Resource] = []
+            deps: list[pulumi.Resource] = list(secret_resources)
             ns_name = obj["metadata"].get("namespace")
             if ns_name in namespaces:
                 deps.append(namespaces[ns_name])
@@ -138,6 +161,15 @@ class PlatformComponent(pulumi.ComponentResource):
             res = cls(name, opts=opts, **kwargs)
         self.resources[f"{kind}/{name}"] = res
         return res
+
+    def _secret(self, sd: SecretData, namespaces: dict[str, pulumi.CustomResource]) -> k8s.core.v1.Secret:
+        return k8s.core.v1.Secret(
+            f"{self.component}:{sd.namespace}/{sd.name}",
+            metadata={"name": sd.name, "namespace": sd.namespace},
+            string_data=sd.string_data,
+            type="Opaque",
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[namespaces[sd.namespace]] if sd.namespace in namespaces else []),
+        )
 
     def _release(self, rel: dict[str, Any], depends_on: Sequence[pulumi.Resource]) -> k8s.helm.v3.Release:
         chart, repository_opts = chart_ref(rel)

@@ -47,9 +47,15 @@ class Recorder(pulumi.runtime.Mocks):
         return matches[0]
 
 
+# Operators set this with `pulumi config set --secret`; it is never committed in a stack file.
+TEST_ADMIN_KEY = "test-admin-key-not-a-secret"
+
+
 def stack_config(stack: str) -> dict[str, str]:
     doc = yaml.safe_load((REPO_ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
-    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in doc["config"].items()}
+    config = {k: v if isinstance(v, str) else json.dumps(v) for k, v in doc["config"].items()}
+    config.setdefault("inferplane:gateway_admin_key", TEST_ADMIN_KEY)
+    return config
 
 
 def run_program(stack: str) -> Recorder:

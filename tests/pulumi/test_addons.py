@@ -305,3 +305,51 @@ def test_bad_config_fails_with_one_line_problems_not_a_traceback() -> None:
     with pytest.raises(pulumi.RunError) as err:
         _run()
     assert "inferplane:platform.pools.decode.tp: tp*dp = 3*1 = 3 does not match" in str(err.value)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_monitoring_crds_come_before_the_gpu_operator_renders_its_dcgm_servicemonitor(run: Any, stack: str) -> None:
+    rec, opts = run(stack)
+    spec = release_of(stack)[0].platform
+    releases = helm_releases(rec)
+    assert releases[spec.observability.release_label]["chart"] == "kube-prometheus-stack"
+    gpu_operator = next(o for o in opts if o.name == "cluster-addons:gpu-operator" and o.type_ == "kubernetes:helm.sh/v3:Release")
+    kps_urn = (
+        f"urn:pulumi:{stack}::inferplane::inferplane:platform:ClusterAddons$kubernetes:helm.sh/v3:Release"
+        f"::cluster-addons:{spec.observability.release_label}"
+    )
+    assert kps_urn in gpu_operator.dependencies
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_gateway_admin_key_secret_comes_from_the_pulumi_secret_and_precedes_the_gateway(run: Any, stack: str) -> None:
+    from tests.pulumi.conftest import TEST_ADMIN_KEY
+
+    rec, opts = run(stack)
+    spec = release_of(stack)[0].platform
+    (secret,) = [r for r in rec.of_type("kubernetes:core/v1:Secret") if r.inputs["metadata"]["name"] == spec.gateway.api_key_secret]
+    assert secret.inputs["metadata"]["namespace"] == spec.namespace
+    # The mock sees the data still wrapped as a Pulumi secret (it stays encrypted in state).
+    data = secret.inputs["stringData"]
+    assert data.get("value", data) == {"admin-key": TEST_ADMIN_KEY}
+    deployment = next(
+        o for o in opts if o.type_ == "kubernetes:apps/v1:Deployment" and urn_type(o.parent) == "inferplane:platform:ModelGateway"
+    )
+    assert any(
+        d.endswith(f"kubernetes:core/v1:Secret::gateway:{spec.namespace}/{spec.gateway.api_key_secret}") for d in deployment.dependencies
+    )
+
+
+def test_missing_admin_key_secret_is_a_one_line_error() -> None:
+    config = stack_config("poc")
+    del config["inferplane:gateway_admin_key"]
+    pulumi.runtime.set_mocks(Recorder(), project="inferplane", stack="poc", preview=False)
+    pulumi.runtime.set_all_config(config)
+
+    @pulumi.runtime.test
+    def _run() -> None:
+        runpy.run_path(str(REPO_ROOT / "__main__.py"), run_name="__main__")
+
+    with pytest.raises(pulumi.RunError) as err:
+        _run()
+    assert "inferplane:gateway_admin_key: required; set it with `pulumi config set --secret gateway_admin_key" in str(err.value)
