@@ -67,6 +67,7 @@ Version = Annotated[str, Field(min_length=1, pattern=r"^v?[0-9][0-9A-Za-z.+_-]*$
 
 class Runtime(_Strict):
     sglang_version: Version
+    # The engine image: upstream SGLang plus the inferplane launcher (images/worker/Containerfile).
     sglang_image: ImageRef
     smg_version: Version
     smg_image: ImageRef

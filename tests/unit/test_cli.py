@@ -35,7 +35,7 @@ def test_manifest_check_broken_copy_exits_2_with_one_line_errors(tmp_path: Path)
     text = (REPO / "releases" / "2026.11.0.yaml").read_text()
     import re
 
-    broken = re.sub(r"lmsysorg/sglang@sha256:[0-9a-f]{64}", "lmsysorg/sglang:latest", text)
+    broken = re.sub(r"inferplane/sglang-worker@sha256:[0-9a-f]{64}", "inferplane/sglang-worker:latest", text)
     path = tmp_path / "broken.yaml"
     path.write_text(broken)
     res = cli("manifest", "check", str(path))
