@@ -4,14 +4,14 @@ Reports sent/ok/failed, status counts, TTFT/TPOT/E2E percentiles and every reque
 worker while it was marked draining. Used by `inferplane load`, the integration tests, the upgrade
 test ("0 requests sent to a draining group") and the benchmarks.
 
-Draining is observed, never assumed. A request counts as a draining hit when SMG's
-``x-smg-routed-worker-id`` header (the decode worker in PD) names a worker that was *already seen*
-draining before the request was sent: by polling the gateway's ``GET /workers`` (status
-``draining``, or gone after draining), or because the caller's file/callback listed it. Requests
-sent before the first observation are not counted, so a hit is never a false alarm. Prefill workers
-do not appear in that header; for them the gateway's own per-worker counter
-(``smg_worker_requests_total{worker}``) is compared between the first draining observation and the
-end of the run.
+Draining is observed, never assumed. The gateway's ``GET /workers`` (status ``draining``, or gone
+after draining) and the caller's file/callback are polled; each stretch a worker is seen draining
+is a window from the first to the last poll that saw it (it closes when the worker is listed again
+as not draining, e.g. re-added after an upgrade). A request is a draining hit when SMG's
+``x-smg-routed-worker-id`` header (the decode worker in PD) names a worker whose window covers the
+moment the request was sent: the drain was already visible, so a hit is never a race. Prefill
+workers do not appear in that header; for them the gateway's own per-worker counter
+(``smg_worker_requests_total{worker}``, sampled at the same polls) must not grow inside a window.
 """
 
 from __future__ import annotations
@@ -93,8 +93,9 @@ class LoadReport:
     late: int
     routed: dict[str, int]
     draining_observed: dict[str, float]  # worker URL -> first seen draining (s since start)
+    draining_windows: list[dict[str, Any]]  # every DrainWindow: worker, opened, last, closed, counter samples
     draining_hits: list[DrainingHit]
-    draining_gateway_counts: dict[str, float]  # worker URL -> requests SMG counted after the first observation
+    draining_gateway_counts: dict[str, float]  # worker URL -> requests SMG counted while it was seen draining
     errors: list[str]
 
     @property
@@ -191,24 +192,58 @@ def _has_output(payload: dict[str, Any]) -> bool:
     return False
 
 
-class _DrainWatch:
-    """Which workers have been seen draining, and since when (s from the run's start)."""
+@dataclass
+class DrainWindow:
+    """One stretch during which a worker was observed draining (or removed after draining).
 
+    ``opened``/``last`` are the first and the last poll (s since start) that saw it so: the worker
+    was certainly draining in between. The gateway's per-worker request counter is sampled at the
+    same polls while the worker is still listed (SMG drops a worker's series when it removes it).
+    """
+
+    worker: str
+    opened: float
+    last: float
+    closed: bool = False
+    count_first: float | None = None
+    count_last: float | None = None
+
+    def covers(self, t: float) -> bool:
+        return self.opened < t <= self.last
+
+
+class _DrainWatch:
     def __init__(self, spec: LoadSpec, t0: float) -> None:
         self.spec = spec
         self.t0 = t0
-        self.first_seen: dict[str, float] = {}
-        self.counts_at_first_seen: dict[str, float] = {}
+        self.windows: list[DrainWindow] = []
         self.errors: list[str] = []
 
     def now(self) -> float:
         return time.monotonic() - self.t0
 
-    def mark(self, urls: Iterable[str], at: float) -> list[str]:
-        new = [u.rstrip("/") for u in urls if u and u.rstrip("/") not in self.first_seen]
-        for url in new:
-            self.first_seen[url] = at
-        return new
+    def open_window(self, url: str) -> DrainWindow | None:
+        return next((w for w in self.windows if w.worker == url and not w.closed), None)
+
+    def observe(self, at: float, draining: set[str], listed: set[str] | None, counts: dict[str, float]) -> None:
+        """One poll: ``draining`` workers (gateway status or the caller's list), ``listed`` every
+        worker the gateway lists (None when the gateway was not asked or did not answer)."""
+        for url in draining:
+            window = self.open_window(url)
+            if window is None:
+                window = DrainWindow(url, opened=at, last=at)
+                self.windows.append(window)
+            window.last = at
+            if url in counts:
+                window.count_first = counts[url] if window.count_first is None else window.count_first
+                window.count_last = counts[url]
+        for window in self.windows:
+            if window.closed or window.worker in draining:
+                continue
+            if listed is not None and window.worker not in listed:
+                window.last = at  # removed after draining: nothing may be routed to it
+            elif listed is not None or not self.spec.gateway_url:
+                window.closed = True  # listed again and not draining (re-added), or the caller's list dropped it
 
     def external(self) -> set[str]:
         urls: set[str] = set()
@@ -217,24 +252,26 @@ class _DrainWatch:
                 urls |= {line.strip() for line in self.spec.draining_file.read_text().splitlines() if line.strip()}
         if self.spec.draining is not None:
             urls |= set(self.spec.draining())
-        return urls
+        return {u.rstrip("/") for u in urls if u}
 
     async def poll_once(self, session: Any) -> None:
         at = self.now()
         draining = self.external()
+        listed: set[str] | None = None
         if self.spec.gateway_url:
             try:
                 async with session.get(self.spec.gateway_url + "/workers", headers=self.spec.gateway_headers) as resp:
                     if resp.status == 200:
                         body = await resp.json(content_type=None)
-                        draining |= {w["url"] for w in body.get("workers", []) if w.get("status") == "draining"}
+                        workers = body.get("workers", [])
+                        listed = {w["url"].rstrip("/") for w in workers}
+                        draining |= {w["url"].rstrip("/") for w in workers if w.get("status") == "draining"}
             except Exception as exc:  # a gateway restart must not end the run
                 self.errors.append(f"GET /workers: {exc!r}")
-        new = self.mark(draining, at)
-        if new and self.spec.gateway_metrics_url:
-            counts = await self.gateway_counts(session)
-            for url in new:
-                self.counts_at_first_seen[url] = counts.get(url, 0.0)
+        # Sampled after /workers: a request the counter shows beyond the first sample was routed
+        # after the drain was visible.
+        counts = await self.gateway_counts(session) if draining and self.spec.gateway_metrics_url else {}
+        self.observe(at, draining, listed, counts)
 
     async def gateway_counts(self, session: Any) -> dict[str, float]:
         """smg_worker_requests_total by worker URL (summed over models)."""
@@ -380,12 +417,11 @@ async def run_load(spec: LoadSpec) -> LoadReport:
             await watch.poll_once(session)
             stop.set()
             await poller
-        final_counts = await watch.gateway_counts(session) if watch.counts_at_first_seen else {}
     elapsed = time.monotonic() - t0
-    return _report(results, watch, final_counts, elapsed)
+    return _report(results, watch, elapsed)
 
 
-def _report(results: list[RequestResult], watch: _DrainWatch, final_counts: dict[str, float], elapsed: float) -> LoadReport:
+def _report(results: list[RequestResult], watch: _DrainWatch, elapsed: float) -> LoadReport:
     statuses: Counter[str] = Counter()
     for r in results:
         statuses[str(r.status) if r.status else (r.error or "error").split(":", 1)[0]] += 1
@@ -393,16 +429,18 @@ def _report(results: list[RequestResult], watch: _DrainWatch, final_counts: dict
     tpot = [
         (r.e2e_s - r.ttft_s) / (r.output_tokens - 1) for r in ok if r.ttft_s is not None and r.e2e_s is not None and r.output_tokens > 1
     ]
-    hits = [
-        DrainingHit(r.index, r.routed_worker, r.sent_at, watch.first_seen[r.routed_worker], r.status)
-        for r in results
-        if r.routed_worker and r.routed_worker in watch.first_seen and watch.first_seen[r.routed_worker] < r.sent_at
-    ]
-    gateway_counts = {
-        url: final_counts.get(url, base) - base
-        for url, base in watch.counts_at_first_seen.items()
-        if final_counts.get(url, base) - base > 0
-    }
+    hits = []
+    for r in results:
+        window = next((w for w in watch.windows if w.worker == r.routed_worker and w.covers(r.sent_at)), None)
+        if window is not None and r.routed_worker:
+            hits.append(DrainingHit(r.index, r.routed_worker, r.sent_at, window.opened, r.status))
+    gateway_counts: dict[str, float] = {}
+    for w in watch.windows:
+        if w.count_first is not None and w.count_last is not None and w.count_last > w.count_first:
+            gateway_counts[w.worker] = gateway_counts.get(w.worker, 0.0) + w.count_last - w.count_first
+    observed: dict[str, float] = {}
+    for w in watch.windows:
+        observed.setdefault(w.worker, w.opened)
     errors = [f"#{r.index}: {r.error}" for r in results if r.error][:10] + watch.errors[:5]
     return LoadReport(
         sent=len(results),
@@ -417,7 +455,8 @@ def _report(results: list[RequestResult], watch: _DrainWatch, final_counts: dict
         output_tokens=sum(r.output_tokens for r in ok),
         late=sum(1 for r in results if r.late_s > 0.01),
         routed=dict(sorted(Counter(r.routed_worker for r in results if r.routed_worker).items())),
-        draining_observed=dict(watch.first_seen),
+        draining_observed=observed,
+        draining_windows=[asdict(w) for w in watch.windows],
         draining_hits=hits,
         draining_gateway_counts=gateway_counts,
         errors=errors,

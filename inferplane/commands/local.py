@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps(state.model_dump(mode="json"), indent=2))
             else:
                 print(render_status(platform.status()))
-                print("\nstop it with `inferplane local down`" + (f" --state-dir {args.state_dir}" if args.state_dir else ""))
+                print("\nstop it with `inferplane local down" + (f" --state-dir {args.state_dir}" if args.state_dir else "") + "`")
             return 0
         if args.local_command == "down":
             stopped = platform.down(purge=args.purge)

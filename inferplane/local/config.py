@@ -38,16 +38,35 @@ class Groups(_Strict):
 
 
 class Emulator(_Strict):
-    """Flags every `inferplane emulator` process gets (latency model and capacity)."""
+    """Flags every `inferplane emulator` process gets: capacity and the latency model.
+
+    The emulator's own defaults are tuned for fast unit tests; these are an engine's orders of
+    magnitude (an 8B model on one H200), so TTFT, TPOT and queueing look like a real deployment's.
+    """
 
     max_running_requests: int = Field(default=32, ge=1)
+    prefill_tokens_per_s: float = Field(default=8000.0, gt=0)
+    prefill_overhead_ms: float = Field(default=15.0, ge=0)
+    itl_ms: float = Field(default=8.0, ge=0, description="decode step time with one running request")
+    itl_per_running_ms: float = Field(default=0.2, ge=0, description="added step time per extra running request")
+    encode_ms_per_item: float = Field(default=30.0, ge=0)
+    mooncake_segment_mb: int = Field(default=64, ge=16, description="memory each engine's store client lends Mooncake")
     args: dict[str, str | int | float | bool] = Field(
-        default_factory=dict,
-        description="extra `inferplane emulator` flags without the leading '--', e.g. {decode-ms-per-token: 5}",
+        default_factory=dict, description="any other `inferplane emulator` flag, without the leading '--'"
     )
 
     def argv(self) -> list[str]:
-        out = ["--max-running-requests", str(self.max_running_requests)]
+        out: list[str] = []
+        for name in (
+            "max_running_requests",
+            "prefill_tokens_per_s",
+            "prefill_overhead_ms",
+            "itl_ms",
+            "itl_per_running_ms",
+            "encode_ms_per_item",
+            "mooncake_segment_mb",
+        ):
+            out += ["--" + name.replace("_", "-"), str(getattr(self, name))]
         for flag, value in self.args.items():
             if isinstance(value, bool):
                 if value:

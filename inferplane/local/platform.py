@@ -30,12 +30,17 @@ from inferplane.spec import REPO_ROOT
 
 ProcAction = Literal["stop", "start", "kill", "pause", "resume"]
 PROC_ACTIONS: tuple[ProcAction, ...] = ("stop", "start", "kill", "pause", "resume")
-# Stop order: traffic first, then what it depends on.
-STOP_ORDER: tuple[st.ProcKind, ...] = ("smg", "prometheus", "engine", "mooncake-master", "mooncake-metadata", "s3", "etcd")
-# How long `down` waits after SIGTERM before SIGKILL. Engines finish in-flight requests first; etcd
-# members whose peers are already gone spend ~7 s trying to hand over leadership (measured), and
-# their WAL is fsynced, so a kill after 3 s loses nothing.
-DOWN_GRACE_S: dict[str, float] = {"engine": 20.0, "smg": 10.0, "etcd": 3.0}
+# `down` stops in waves, each wave's processes at once: the serving path first (SMG and the engines
+# it routes to, and Prometheus, so no alert fires about the teardown), then the Mooncake side, then
+# etcd, which the masters need until they have exited. Per wave, how long to wait after SIGTERM
+# before SIGKILL (a process that closed its listeners gets 3 s more, see proc.wait_exit): engines
+# finish in-flight requests; etcd members whose peers are already gone spend ~7 s trying to hand
+# over leadership (measured), and their WAL is fsynced, so a kill after 3 s loses nothing.
+STOP_WAVES: tuple[tuple[tuple[st.ProcKind, ...], float], ...] = (
+    (("smg", "prometheus", "engine"), 20.0),
+    (("mooncake-master", "mooncake-metadata", "s3"), 5.0),
+    (("etcd",), 3.0),
+)
 
 
 class LocalError(Exception):
@@ -339,9 +344,8 @@ class LocalPlatform:
             state = st.load(self.state_dir)
             stopped: list[str] = []
             if state is not None:
-                for kind in STOP_ORDER:
-                    batch = [p for p in state.processes.values() if p.kind == kind]
-                    stopped += self._terminate_all(batch, DOWN_GRACE_S.get(kind, 5.0))
+                for kinds, grace in STOP_WAVES:
+                    stopped += self._terminate_all([p for p in state.processes.values() if p.kind in kinds], grace)
                 for p in state.processes.values():
                     p.pid, p.starttime, p.desired = None, None, "stopped"
                 st.save(state)
@@ -353,19 +357,21 @@ class LocalPlatform:
         return stopped
 
     def _terminate_all(self, batch: list[st.Process], grace: float) -> list[str]:
-        # SIGTERM the whole batch first so their shutdowns overlap, then wait for each.
-        idents = [(p, p.identity()) for p in batch]
-        live = [(p, i) for p, i in idents if i is not None and proc.is_ours(i)]
+        # SIGTERM the whole batch first so their shutdowns overlap, then wait for all at once.
+        live = [(p, i) for p, i in ((p, p.identity()) for p in batch) if i is not None and proc.is_ours(i)]
         for _p, ident in live:
             if proc.stopped(ident.pid):
                 proc.resume(ident)
             proc.signal_group(ident, signal.SIGTERM)
         t0 = time.monotonic()
+        hung = set(proc.wait_exit_all({ident.pid: p.ports.values() for p, ident in live}, grace))
         for p, ident in live:
-            if not proc.wait_gone(ident.pid, max(0.0, grace - (time.monotonic() - t0))):
+            if ident.pid in hung:
                 proc.kill(ident)
             proc.kill_stragglers(ident.pid)
-            self.say(f"{p.name}: stopped ({time.monotonic() - t0:.1f}s)")
+            self.say(f"{p.name}: stopped{' (killed: did not exit after SIGTERM)' if ident.pid in hung else ''}")
+        if live:
+            self.say(f"{len(live)} process(es) stopped in {time.monotonic() - t0:.1f}s")
         return [p.name for p, _ in live]
 
     # ---- group and process operations -----------------------------------------------------------------
@@ -417,7 +423,7 @@ class LocalPlatform:
 
     def _stop(self, rec: st.Process, timeout: float = 30.0) -> bool:
         ident = rec.identity()
-        done = ident is not None and proc.terminate(ident, timeout)
+        done = ident is not None and proc.terminate(ident, timeout, rec.ports.values())
         rec.pid, rec.starttime, rec.desired = None, None, "stopped"
         if done:
             self.say(f"{rec.name}: stopped")

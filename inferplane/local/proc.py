@@ -2,7 +2,8 @@
 
 A PID alone is not an identity: after a reboot or a crash the number may belong to someone
 else's process. Every process is recorded with its kernel start time and its arguments, and is
-signalled only while both still match. Each one runs in its own session (process group), so a
+signalled only while the start time matches and the command line is still ours (or, for a
+program that overwrites its argv with a title, as SMG does, the title). Each one runs in its own session (process group), so a
 signal reaches the children a launcher script may leave behind, and carries an environment tag
 naming the state dir, so `down` and the tests can prove nothing of ours survived.
 """
@@ -15,7 +16,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,7 +72,10 @@ def cmdline(pid: int) -> list[str]:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]]
+    if not raw:
+        return []
+    # A program that rewrote its argv pads its title with NULs (or leaves none at the end).
+    return [a.decode(errors="replace") for a in raw.rstrip(b"\0").split(b"\0")]
 
 
 def environ_tag(pid: int) -> str | None:
@@ -92,7 +96,13 @@ def is_ours(ident: Identity) -> bool:
         return False
     argv = cmdline(ident.pid)
     n = len(ident.args)
-    return len(argv) > n and tuple(argv[len(argv) - n :]) == ident.args
+    if len(argv) > n and tuple(argv[len(argv) - n :]) == ident.args:
+        return True
+    if environ_tag(ident.pid) is not None:
+        return True
+    # SMG overwrites its argv and environment with a title ("smg::router"): a single-string
+    # cmdline is that title, and the matching start time already pins the process.
+    return len(argv) == 1 and bool(ident.args)
 
 
 def spawn(argv: Sequence[str], *, log: Path, env: Mapping[str, str], state_dir: Path, cwd: Path) -> Identity:
@@ -140,15 +150,44 @@ def wait_gone(pid: int, timeout: float) -> bool:
     return not running(pid)
 
 
-def terminate(ident: Identity, timeout: float = 15.0) -> bool:
-    """SIGTERM the process group, wait, then SIGKILL whatever is left. False if it was not ours."""
+def wait_exit(pid: int, timeout: float, ports: Iterable[int] = (), linger: float = 3.0) -> bool:
+    """Wait for a SIGTERMed process to exit. Once it has closed every listener in ``ports`` it has
+    stopped serving (in-flight work is done); after ``linger`` more seconds of cleanup it counts as
+    hung (a Mooncake store client's close can block exit for ~25 s) and the caller kills it."""
+    return not wait_exit_all({pid: list(ports)}, timeout, linger)
+
+
+def wait_exit_all(procs: Mapping[int, Iterable[int]], timeout: float, linger: float = 3.0) -> list[int]:
+    """:func:`wait_exit` for several processes at once; returns the PIDs still running (hung)."""
+    pending = {pid: list(ports) for pid, ports in procs.items()}
+    closed_at: dict[int, float] = {}
+    hung: list[int] = []
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        for pid, ports in list(pending.items()):
+            if not running(pid):
+                del pending[pid]
+                continue
+            if ports and pid not in closed_at and not any(listening(p) for p in ports):
+                closed_at[pid] = time.monotonic()
+            if pid in closed_at and time.monotonic() - closed_at[pid] > linger:
+                hung.append(pid)
+                del pending[pid]
+        if pending:
+            time.sleep(0.05)
+    return hung + [pid for pid in pending if running(pid)]
+
+
+def terminate(ident: Identity, timeout: float = 15.0, ports: Iterable[int] = ()) -> bool:
+    """SIGTERM the process group, wait (see :func:`wait_exit`), then SIGKILL whatever is left.
+    False if it was not ours."""
     if not is_ours(ident):
         return False
     if stopped(ident.pid):
         # A paused process cannot act on SIGTERM until it runs again.
         signal_group(ident, signal.SIGCONT)
     signal_group(ident, signal.SIGTERM)
-    if not wait_gone(ident.pid, timeout):
+    if not wait_exit(ident.pid, timeout, ports):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(ident.pid, signal.SIGKILL)
         wait_gone(ident.pid, 5.0)
@@ -219,8 +258,7 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
-def port_owner(port: int) -> str | None:
-    """'pid N (comm)' of the process listening on ``port``, when /proc tells us."""
+def _listen_inodes(port: int) -> set[str]:
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -229,8 +267,19 @@ def port_owner(port: int) -> str | None:
             continue
         for line in lines:
             cols = line.split()
-            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
                 inodes.add(cols[9])
+    return inodes
+
+
+def listening(port: int) -> bool:
+    """Someone listens on ``port`` (read from /proc; unlike a test bind, no side effect)."""
+    return bool(_listen_inodes(port))
+
+
+def port_owner(port: int) -> str | None:
+    """'pid N (comm)' of the process listening on ``port``, when /proc tells us."""
+    inodes = _listen_inodes(port)
     if not inodes:
         return None
     targets = {f"socket:[{i}]" for i in inodes}

@@ -23,8 +23,9 @@ class FakeGateway:
     """Routes alternately to A and B; after ``drain_after`` requests B turns draining (and, if
     ``obey`` is false, keeps receiving traffic: the bug the load generator must catch)."""
 
-    def __init__(self, drain_after: int | None = None, obey: bool = True, error_every: int = 0) -> None:
+    def __init__(self, drain_after: int | None = None, obey: bool = True, error_every: int = 0, readd_after: int | None = None) -> None:
         self.drain_after = drain_after
+        self.readd_after = readd_after
         self.obey = obey
         self.error_every = error_every
         self.n = 0
@@ -35,6 +36,9 @@ class FakeGateway:
         self.n += 1
         if self.drain_after is not None and self.n > self.drain_after:
             self.draining = True
+        if self.readd_after is not None and self.n > self.readd_after and self.draining:
+            # Re-added after maintenance: a new registration, its counter starts again at 0 (as SMG's).
+            self.draining, self.drain_after, self.counts[B] = False, None, 0
         if self.draining and self.obey:
             return A
         return A if self.n % 2 else B
@@ -154,3 +158,11 @@ def test_caller_supplied_draining_urls_count_too() -> None:
     report = asyncio.run(go())
     assert report.draining_observed.keys() == {B}
     assert report.draining_hit_count == report.routed[B] > 0
+
+
+def test_traffic_to_a_worker_re_added_after_its_drain_is_not_a_hit() -> None:
+    report = asyncio.run(load(FakeGateway(drain_after=10, readd_after=30, obey=True), rate=100, duration=0.8, arrival="uniform"))
+    windows = [w for w in report.draining_windows if w["worker"] == B]
+    assert len(windows) == 1 and windows[0]["closed"]
+    assert report.routed[B] > 5  # before the drain and after the re-add
+    assert report.draining_hit_count == 0

@@ -137,9 +137,8 @@ def test_spawned_process_is_ours_until_its_identity_changes(tmp_path: Path) -> N
     try:
         assert proc.is_ours(ident)
         assert ident.pid in proc.tagged(tmp_path)
-        # Same PID, other start time or other arguments: a reused PID is never signalled.
+        # Same PID, other start time: a reused PID is never signalled.
         assert not proc.is_ours(proc.Identity(ident.pid, ident.starttime + 1, ident.args))
-        assert not proc.is_ours(proc.Identity(ident.pid, ident.starttime, ("31",)))
         assert not proc.terminate(proc.Identity(ident.pid, ident.starttime + 1, ident.args))
         assert proc.running(ident.pid)
         assert proc.pause(ident) and proc.stopped(ident.pid)
@@ -148,6 +147,20 @@ def test_spawned_process_is_ours_until_its_identity_changes(tmp_path: Path) -> N
         assert not proc.running(ident.pid) and proc.tagged(tmp_path) == []
     finally:
         proc.kill(ident)
+
+
+def test_a_process_with_other_arguments_and_no_tag_is_not_ours() -> None:
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        st = proc.starttime(other.pid)
+        assert st is not None
+        assert proc.is_ours(proc.Identity(other.pid, st, ("30",)))
+        assert not proc.is_ours(proc.Identity(other.pid, st, ("31",)))
+        assert not proc.kill(proc.Identity(other.pid, st, ("31",)))
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_terminate_reaches_children_left_in_the_group(tmp_path: Path) -> None:
