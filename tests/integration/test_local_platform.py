@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from inferplane.loadgen import LoadSpec, run_load_sync
 from inferplane.local import proc
 from inferplane.local.handle import PlatformHandle
 from inferplane.local.http import request
-from inferplane.loadgen import LoadSpec, run_load_sync
 from inferplane.spec import REPO_ROOT
 
 from .conftest import start_platform
@@ -131,12 +131,17 @@ def test_killing_the_mooncake_leader_fires_the_alert_and_the_standby_takes_over(
     killed = local_platform.state.process(leader)
     local_platform.proc("kill", leader)
     try:
-        new = local_platform.wait_for(lambda: (lambda m: m if m and m != leader else None)(local_platform.mooncake_leader()), 40, "a new leader")
+        new = local_platform.wait_for(
+            lambda: (lambda m: m if m and m != leader else None)(local_platform.mooncake_leader()), 40, "a new leader"
+        )
         assert new != leader
         port = killed.ports["metrics"]
 
         def alert_for_killed() -> bool:
-            return any(a["labels"]["alertname"] == "MooncakeMasterDown" and a["labels"]["instance"].endswith(f":{port}") for a in local_platform.alerts("firing"))
+            return any(
+                a["labels"]["alertname"] == "MooncakeMasterDown" and a["labels"]["instance"].endswith(f":{port}")
+                for a in local_platform.alerts("firing")
+            )
 
         local_platform.wait_for(alert_for_killed, 40, "MooncakeMasterDown firing in Prometheus")
         # KV now moves through the new leader: PD requests through the gateway still complete.
@@ -170,7 +175,9 @@ def test_proc_pause_and_resume_an_etcd_member(local_platform: PlatformHandle) ->
         assert status["etcd-2"] == "paused"
     finally:
         local_platform.proc("resume", "etcd-2")
-    local_platform.wait_for(lambda: {p["name"]: p["state"] for p in local_platform.status()["processes"]}["etcd-2"] == "healthy", 20, "etcd-2 healthy")
+    local_platform.wait_for(
+        lambda: {p["name"]: p["state"] for p in local_platform.status()["processes"]}["etcd-2"] == "healthy", 20, "etcd-2 healthy"
+    )
 
 
 def test_a_taken_port_is_a_one_line_error_naming_it(tmp_path: Path) -> None:
@@ -207,6 +214,8 @@ def test_down_leaves_no_process_of_ours(tmp_path: Path) -> None:
     assert not [pid for pid in pids if proc.running(pid)]
     assert proc.tagged(handle.state_dir) == []
     # Also by command line: nothing mentions the state dir any more.
-    mentions = [e.name for e in Path("/proc").iterdir() if e.name.isdigit() and str(handle.state_dir) in " ".join(proc.cmdline(int(e.name)))]
+    mentions = [
+        e.name for e in Path("/proc").iterdir() if e.name.isdigit() and str(handle.state_dir) in " ".join(proc.cmdline(int(e.name)))
+    ]
     assert mentions == []
     assert handle.platform.down() == []  # a second down has nothing left to stop
