@@ -146,6 +146,9 @@ def _pod_template(spec: PlatformSpec, image: str) -> dict[str, Any]:
         "securityContext": non_root_pod_security(),
         # A master that stops gets its lease revoked by etcd within 5 s; nothing to drain.
         "terminationGracePeriodSeconds": 15,
+        # The pause container becomes PID 1, so mooncake_master is an ordinary process: the
+        # failover drill's SIGSTOP/SIGKILL reach it (a namespace's init ignores them).
+        "shareProcessNamespace": True,
         "containers": [_container(spec, image)],
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
     }

@@ -260,3 +260,15 @@ def test_policies_fence_mooncake_engines_and_etcd(program: Any, stack: str) -> N
     for sa in objects(rec, "kubernetes:core/v1:ServiceAccount"):
         if sa["metadata"]["namespace"] == spec.namespace:
             assert sa["automountServiceAccountToken"] is False, sa["metadata"]["name"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_mooncake_master_is_not_pid_1_so_failover_drills_can_signal_it(program: Any, stack: str) -> None:
+    masters = [
+        obj
+        for kind in ("kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:StatefulSet")
+        for obj in objects(program(stack), kind)
+        if obj["metadata"]["name"].startswith("mooncake-master")
+    ]
+    assert masters
+    assert all(m["spec"]["template"]["spec"]["shareProcessNamespace"] is True for m in masters)
