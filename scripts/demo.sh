@@ -24,7 +24,7 @@ sleep 2
 $INFERPLANE local status || true
 
 echo
-echo "The platform keeps running: try 'inferplane local status', 'inferplane load --rate 20 --duration 10',"
-echo "'inferplane local proc kill mooncake-master-0' (failover drill), Prometheus at the URL above."
+echo "The platform keeps running: try '.venv/bin/inferplane local status', '.venv/bin/inferplane load --rate 20 --duration 10',"
+echo "'.venv/bin/inferplane local proc kill mooncake-master-0' (failover drill), Prometheus at the URL above."
 echo "Stop everything with: make demo-down"
 exit "$load_rc"
