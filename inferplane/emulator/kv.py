@@ -10,15 +10,21 @@ in for the transfer engine's completion notification (SGLang sends it over ZMQ):
 ``GET /emulator/rooms/{room}?timeout=S`` - the decode's handshake for that room, answered when the
 prefill has stored the room's KV (or failed to).
 
-Mooncake's client calls block (``setup`` against an unreachable master blocks ~90 s), so every call
-runs in a thread pool and the engine keeps serving while the store is down.
+Mooncake's client calls block, so every call runs off the event loop; ``setup`` against an absent
+master even holds the GIL for ~90 s, so it is only attempted once the master (or, for ``etcd://``,
+the leader recorded in etcd) accepts connections. Meanwhile the engine serves and PD requests fail
+as transfer failures, like an engine whose KV path is broken.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
+import os
+import re
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -80,12 +86,16 @@ class MooncakeKvStore:
         self._task = asyncio.get_running_loop().create_task(self._connect_loop())
 
     async def _connect_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         while self._store is None:
-            try:
-                store = await loop.run_in_executor(self._executor, self._setup)
-            except Exception as exc:  # the native client raises on bad arguments
-                store, self.error = None, f"{type(exc).__name__}: {exc}"
+            store = None
+            # setup() holds the GIL while it retries an absent master (~90 s), freezing the whole
+            # engine; so it only runs once the master answers.
+            self.error = await self._master_problem()
+            if self.error is None:
+                try:
+                    store = await self._in_daemon_thread(self._setup)
+                except Exception as exc:  # the native client raises on bad arguments
+                    self.error = f"{type(exc).__name__}: {exc}"
             if store is not None:
                 self._store, self.status, self.error = store, "ready", None
                 log.info("mooncake store ready (master %s, metadata %s)", self.master, self.metadata)
@@ -93,6 +103,69 @@ class MooncakeKvStore:
             self.status = "unreachable"
             log.warning("mooncake store unreachable (master %s): %s; retrying", self.master, self.error)
             await asyncio.sleep(self.retry_s)
+
+    async def _master_problem(self) -> str | None:
+        """Why the master cannot be reached now, or None. ``etcd://`` finds the leader as clients do."""
+        target = self.master
+        if self.master.startswith("etcd://"):
+            cluster = os.environ.get("MC_STORE_CLUSTER_ID", "mooncake_cluster")
+            leader = await self._etcd_leader(self.master[len("etcd://") :], f"mooncake-store/{cluster}/master_view")
+            if leader is None:
+                return f"no Mooncake master leader under mooncake-store/{cluster}/master_view in etcd {self.master}"
+            target = leader
+        elif "://" in self.master:
+            return None  # redis:// and friends: leave discovery to the client
+        host, _, port = target.rpartition(":")
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host or "127.0.0.1", int(port)), 2.0)
+        except (OSError, ValueError, TimeoutError) as exc:
+            return f"master {target} does not answer ({type(exc).__name__}: {exc})"
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return None
+
+    @staticmethod
+    async def _etcd_leader(endpoints: str, key: str) -> str | None:
+        body = {"key": base64.b64encode(key.encode()).decode()}
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+            for endpoint in filter(None, re.split(r"[;,]", endpoints)):
+                url = (endpoint if "://" in endpoint else f"http://{endpoint}") + "/v3/kv/range"
+                try:
+                    async with session.post(url, json=body) as resp:
+                        kvs = (await resp.json(content_type=None)).get("kvs") or []
+                except (aiohttp.ClientError, TimeoutError, ValueError):
+                    continue
+                if kvs:
+                    return base64.b64decode(kvs[0]["value"]).decode()
+        return None
+
+    @staticmethod
+    async def _in_daemon_thread(fn: Any) -> Any:
+        """Run ``fn`` where a hung call cannot delay process exit (setup blocks ~90 s on a dead master)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            if done.done():
+                return
+            if error is not None:
+                done.set_exception(error)
+            else:
+                done.set_result(result)
+
+        def target() -> None:
+            result, error = None, None
+            try:
+                result = fn()
+            except BaseException as exc:
+                error = exc
+            # The loop may be gone by the time a hung setup returns.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, result, error)
+
+        threading.Thread(target=target, name="mooncake-setup", daemon=True).start()
+        return await done
 
     def _setup(self) -> Any:
         from mooncake.store import MooncakeDistributedStore

@@ -119,8 +119,8 @@ class EngineMetrics:
             if self.modern:
                 self.kv_histograms[short] = self._histogram(f"sglang:{short}", doc, sched, buckets)
             else:
-                # 0.5.8 exported the last transfer's value as a gauge.
-                self._gauge(f"sglang:{short}", doc.replace("Histogram of ", "The "), sched)
+                # 0.5.8 exported the last transfer's value as a gauge, logged with every stats tick.
+                self._gauge(f"sglang:{short}", doc.replace("Histogram of ", "The "), sched).labels(**self.labels).set(0)
 
     def _tokenizer_metrics(self) -> None:
         tok = list(self.tokenizer_labels)

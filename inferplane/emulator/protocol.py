@@ -9,7 +9,7 @@ the tokenizer manager's semantic checks apply (text or input_ids, sampling range
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from inferplane.emulator import tokenizer
@@ -251,8 +251,6 @@ def apply_context_length(s: Sampling, prompt_tokens: int, limits: Limits) -> Sam
             f"The input ({prompt_tokens} tokens) is longer than the model's context length ({limits.context_length} tokens)."
         )
     if s.max_new_tokens < 0:
-        from dataclasses import replace
-
         return replace(s, max_new_tokens=limits.context_length - prompt_tokens)
     if s.max_new_tokens + prompt_tokens > limits.context_length:
         raise RequestError(
