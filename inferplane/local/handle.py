@@ -161,7 +161,8 @@ class PlatformHandle:
                 self.platform.group_restart(name, version=base.version, release=base.release)
         self.clear_faults()
         self.register_missing_workers()
-        self.wait_for(lambda: all(w.get("status") == "ready" for w in self.workers()) and len(self.workers()) >= 2, 30, "SMG workers ready")
+        want = {g.url for g in self.groups() if g.role in ("prefill", "decode")}
+        self.wait_for(lambda: want <= {w.get("url") for w in self.workers() if w.get("status") == "ready"}, 30, "every group ready in SMG")
         return self.state
 
     @staticmethod

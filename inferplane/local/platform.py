@@ -104,8 +104,10 @@ class LocalPlatform:
             self._wait_leader(state)
             self._phase(state, [specs[g] for g in state.groups if state.groups[g].role == "encoder"])
             self._phase(state, [specs[g] for g in state.groups if state.groups[g].role != "encoder"])
-            self._phase(state, [specs["smg"]])
-            self._wait_workers(state)
+            # SMG registers its startup workers in the background. Once it runs, registrations are
+            # the runbooks' business (a drained group stays out), so only a fresh SMG is waited for.
+            if self._phase(state, [specs["smg"]]):
+                self._wait_workers(state)
             return state
 
     def _plan(self, layout: Layout, release: ReleaseManifest, previous: st.State | None) -> st.State:
@@ -214,8 +216,9 @@ class LocalPlatform:
         ident = p.identity()
         return ident is not None and proc.is_ours(ident)
 
-    def _phase(self, state: st.State, specs: Iterable[ProcSpec]) -> None:
-        """Start every spec not already running (resume paused ones), then wait for all to be healthy."""
+    def _phase(self, state: st.State, specs: Iterable[ProcSpec]) -> list[str]:
+        """Start every spec not already running (resume paused ones), wait for all to be healthy;
+        return the names it started."""
         started: list[ProcSpec] = []
         for spec in specs:
             rec = state.processes[spec.name]
@@ -232,6 +235,7 @@ class LocalPlatform:
         st.save(state)
         if started:
             self._wait_healthy(state, [s.name for s in started])
+        return [s.name for s in started]
 
     def _check_ports(self, spec: ProcSpec) -> None:
         for purpose, port in spec.ports.items():

@@ -161,11 +161,16 @@ def test_group_restart_changes_version_at_the_same_url_without_touching_smg(loca
         local_platform.group_restart(g.name, version="0.5.24")
         info = request(g.url + "/server_info").json()
         assert info["version"] == "0.5.24"
-        assert local_platform.group(g.name).url == g.url
+        assert local_platform.group(g.name).url == g.url and local_platform.group(g.name).version == "0.5.24"
         assert local_platform.worker(g.url)["id"] == worker_id  # type: ignore[index]
+        # What a test that failed half-way through an upgrade leaves behind: the group out of SMG.
+        request(f"{local_platform.gateway_url}/workers/{worker_id}", "DELETE", headers=local_platform.admin_headers)
+        local_platform.wait_for(lambda: local_platform.worker(g.url) is None, 30, f"{g.name} removed from SMG")
     finally:
-        local_platform.group_restart(g.name, version=g.version)
-    local_platform.wait_for(lambda: (local_platform.worker(g.url) or {}).get("status") == "ready", 30, f"{g.name} ready in SMG")
+        local_platform.restore()
+    assert local_platform.group(g.name).version == g.version
+    assert request(g.url + "/server_info").json()["version"] == g.version
+    assert (local_platform.worker(g.url) or {}).get("status") == "ready"
 
 
 def test_proc_pause_and_resume_an_etcd_member(local_platform: PlatformHandle) -> None:
