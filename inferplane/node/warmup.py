@@ -816,6 +816,7 @@ class Result:
     state_file: str = ""
     notes: list[str] = field(default_factory=list)
     would_copy: list[str] = field(default_factory=list)  # check mode
+    last_copy: dict[str, Any] = field(default_factory=dict)  # the last run that copied anything: files, bytes, seconds, GB/s
     bytes_needed: int = 0
     bytes_free: int = 0
 
@@ -929,6 +930,7 @@ class Engine:
             )
             # Unchanged content is not rewritten: a run that copied nothing touches nothing.
             self.state.save()
+            res.last_copy = dict(self.state.meta.get("last_copy", {}))
             if self.opt.preread:
                 res.preread_bytes, res.preread_seconds = self._preread(files)
         if not res.changed:
@@ -958,6 +960,9 @@ class Engine:
         res.would_copy = [f.rel for f in todo]
         staged = [f.rel for f in files if f.rel in self.state.files and self.state.files[f.rel].status == "staged"]
         res.changed = bool(todo or staged)
+        res.last_copy = dict(self.state.meta.get("last_copy", {}))
+        if not res.changed:
+            res.weights_manifest_sha256 = self.state.meta.get("verified", {}).get("weights_manifest_sha256", "")
         return res
 
     def _list_source(self) -> list[SourceFile]:
