@@ -206,14 +206,17 @@ def test_a_taken_port_is_a_one_line_error_naming_it(tmp_path: Path) -> None:
 
 def test_down_leaves_no_process_of_ours(tmp_path: Path) -> None:
     handle = start_platform(tmp_path, groups={"prefill": 1, "decode": 1, "encoder": 1})
-    state = handle.state
-    pids = [p.pid for p in state.processes.values() if p.pid]
-    assert len(pids) == len(state.processes)
-    # Every process carries the state dir tag in its environment, except SMG, which overwrites its
-    # argv and environment with a title ("smg::router"): it is tracked by PID and start time.
-    untagged = {p.name for p in state.processes.values() if p.pid not in proc.tagged(handle.state_dir)}
-    assert untagged <= {"smg"}
-    stopped = handle.platform.down()
+    try:
+        state = handle.state
+        pids = [p.pid for p in state.processes.values() if p.pid]
+        assert len(pids) == len(state.processes)
+        # Every process carries the state dir tag in its environment, except SMG, which overwrites
+        # its argv and environment with a title ("smg::router"): it is tracked by PID and start time.
+        untagged = {p.name for p in state.processes.values() if p.pid not in proc.tagged(handle.state_dir)}
+        assert untagged <= {"smg"}
+        stopped = handle.platform.down()
+    finally:
+        handle.platform.down()
     assert sorted(stopped) == sorted(state.processes)
     time.sleep(0.2)
     assert not [pid for pid in pids if proc.running(pid)]
