@@ -104,6 +104,7 @@ class Request:
     stage: str = "new"
     abort_event: asyncio.Event = field(default_factory=asyncio.Event)
     updated: asyncio.Event = field(default_factory=asyncio.Event)
+    waiter: asyncio.Future[None] | None = None
     aborted: Aborted | None = None
 
     @property
@@ -118,9 +119,16 @@ class Request:
         if self.aborted is None and self.finish_reason is None:
             self.aborted = reason
             self.abort_event.set()
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_exception(reason)
 
     def e2e_latency(self) -> float:
         return (self.finished_at or time.perf_counter()) - self.started
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class Admission:
@@ -238,7 +246,7 @@ class Engine:
         self.prefix_cache = PrefixCache()
         self.requests: dict[str, Request] = {}
         self.stages: collections.Counter[str] = collections.Counter()
-        self.rooms = RoomRegistry()
+        self.rooms = RoomRegistry(max_age_s=max(cfg.bootstrap_timeout_s, cfg.waiting_timeout_s) + 60.0)
         self.store: MooncakeKvStore | None = None
         self.kv_client: DecodeKvClient | None = None
         self.session: aiohttp.ClientSession | None = None
@@ -328,10 +336,20 @@ class Engine:
         raise req.aborted
 
     async def _sleep(self, req: Request, seconds: float) -> None:
-        if seconds > 0:
-            await self._interruptible(req, asyncio.sleep(seconds))
-        elif req.aborted is not None:
+        """Sleep unless aborted: one future and one timer, as this runs once per decode step."""
+        if req.aborted is not None:
             raise req.aborted
+        if seconds <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_later(seconds, _wake, waiter)
+        req.waiter = waiter
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            req.waiter = None
 
     # -- the request pipelines --------------------------------------------------------------------
 
@@ -342,7 +360,7 @@ class Engine:
         (client disconnect) aborts it, and the task then releases what it holds by itself.
         """
         if req.rid in self.requests:
-            req.finish_reason = Aborted(f"Duplicate request ID {req.rid}", 400).finish_reason()
+            req.finish_reason = Aborted(f"Duplicate request ID detected: {req.rid}", 400).finish_reason()
             yield req
             return
         self.requests[req.rid] = req
@@ -600,6 +618,7 @@ class Engine:
             child = self.metrics.itl.labels(**self.metrics.tokenizer_labels)
             for _ in ids:
                 child.observe(itl)
+        already = len(req.output_ids)
         for token in ids:
             req.output_ids.append(token)
             self.admission.grow(1)
@@ -622,7 +641,7 @@ class Engine:
                     req.finish_reason = {"type": "stop", "matched": stop}
                     req.text = text[:at]
                     return
-        req.text = tokenizer.decode(req.output_ids)
+        req.text += tokenizer.decode(req.output_ids[already:])
 
     def _record_finished(self, req: Request) -> None:
         if not req.log_metrics:

@@ -233,8 +233,10 @@ class Room:
 class RoomRegistry:
     """Prefill side: one entry per bootstrap room, met by the prefill request and its decode."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_age_s: float = 660.0) -> None:
         self.rooms: dict[int, Room] = {}
+        # A room nobody can still be waiting on (both timeouts passed) is forgotten.
+        self.max_age_s = max_age_s
 
     def room(self, room_id: int) -> Room:
         self._sweep()
@@ -271,7 +273,12 @@ class RoomRegistry:
 
     def _sweep(self) -> None:
         now = time.monotonic()
-        for room_id in [r for r, room in self.rooms.items() if room.result.done() and now - room.created > ROOM_RETENTION_S]:
+        stale = [
+            r
+            for r, room in self.rooms.items()
+            if (room.result.done() and now - room.created > ROOM_RETENTION_S) or now - room.created > self.max_age_s
+        ]
+        for room_id in stale:
             del self.rooms[room_id]
 
 
