@@ -112,10 +112,10 @@ class PlatformComponent(pulumi.ComponentResource):
 
         for rel in built.helm_releases:
             # `after`: charts whose CRDs this chart's templates need (release order within the component).
-            deps = [self.releases[name] for name in rel.get("after", ())]
+            release_deps: list[pulumi.Resource] = [self.releases[name] for name in rel.get("after", ())]
             if rel["namespace"] in namespaces:
-                deps.append(namespaces[rel["namespace"]])
-            release = self._release(rel, deps)
+                release_deps.append(namespaces[rel["namespace"]])
+            release = self._release(rel, release_deps)
             self.releases[rel["name"]] = release
             if rel.get("crds") == "keep":
                 for crd in rel.get("crd_names", ()):
