@@ -99,6 +99,7 @@ class Request:
     created: float = field(default_factory=time.time)
     started: float = field(default_factory=time.perf_counter)
     queue_time: float = 0.0
+    modelled_prefill_s: float = 0.0
     first_token_at: float | None = None
     finished_at: float | None = None
     stage: str = "new"
@@ -260,6 +261,8 @@ class Engine:
         self._rr = itertools.count()
         self._rid = itertools.count()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.recent: collections.deque[Request] = collections.deque(maxlen=64)
+        """The last finished requests, for diagnostics and tests."""
 
     # -- identity ---------------------------------------------------------------------------------
 
@@ -389,6 +392,7 @@ class Engine:
             log.exception("request %s failed", req.rid)
         finally:
             self.requests.pop(req.rid, None)
+            self.recent.append(req)
             self.last_receive = time.monotonic()
             req.updated.set()
 
@@ -435,7 +439,8 @@ class Engine:
         """Prefill forward: returns the KV fingerprint."""
         req.cached_tokens = self.prefix_cache.match_and_insert(req.prompt_ids)
         self.cache_window.add(req.cached_tokens, req.prompt_tokens)
-        await self._sleep(req, self.cfg.latency.prefill_s(req.prompt_tokens - req.cached_tokens))
+        req.modelled_prefill_s = self.cfg.latency.prefill_s(req.prompt_tokens - req.cached_tokens)
+        await self._sleep(req, req.modelled_prefill_s)
         return self.model.fingerprint(req.prompt_ids)
 
     async def _local(self, req: Request) -> None:

@@ -375,17 +375,20 @@ def test_pause_in_place_holds_requests_until_continue() -> None:
     run({}, body)
 
 
-def test_ttft_reported_grows_with_prompt_length() -> None:
+def test_modelled_ttft_grows_with_prompt_length() -> None:
     async def body(r: Running) -> None:
         engine = r.emulator.engine
-        ttfts = []
+        modelled = {}
         for words in (10, 1000, 5000):
-            await r.post("/generate", {"text": " ".join(f"w{i}" for i in range(words)), "sampling_params": {"max_new_tokens": 1}})
-            ttfts.append(engine.cfg.latency.prefill_s(words))
-        assert ttfts == sorted(ttfts)
+            rid = f"len-{words}"
+            await r.post(
+                "/generate", {"rid": rid, "text": " ".join(f"x{words}w{i}" for i in range(words)), "sampling_params": {"max_new_tokens": 1}}
+            )
+            modelled[words] = next(q.modelled_prefill_s for q in engine.recent if q.rid == rid)
+        assert modelled[10] < modelled[1000] < modelled[5000]
+        assert modelled[5000] == pytest.approx(engine.cfg.latency.prefill_s(5000))
         fam = _families((await r.get("/metrics"))[1])
-        total = next(s.value for s in fam["sglang:prompt_tokens"].samples)
-        assert total == 10 + 1000 + 5000
+        assert sum(s.value for s in fam["sglang:prompt_tokens"].samples) == 10 + 1000 + 5000
 
     run({}, body)
 
