@@ -83,3 +83,15 @@ def test_the_dataload_name_is_always_a_dns_label(tmp_path: Path, shared_dir: Pat
     validator = Validator(crds=crd_index(str(shared_dir / "schemas" / "crds")))
     validator.check_object("dataload.yml", obj)
     assert validator.report.problems == []
+
+
+@pytest.mark.parametrize("env,endpoint,throttle", [("prod", "https://s3.example.internal", 16), ("poc", "https://s3.example.internal", 4)])
+def test_the_inventories_take_the_store_from_the_stack(env: str, endpoint: str, throttle: int) -> None:
+    cmd = [str(Path(sys.executable).parent / "ansible"), "-i", f"inventories/{env}", "localhost", "-m", "ansible.builtin.debug"]
+    cmd += ["-a", "msg={{ {'endpoint': model_warmup_s3_endpoint, 'throttle': model_warmup_throttle} | to_json }}"]
+    env_vars = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1"}
+    env_vars["ANSIBLE_STDOUT_CALLBACK"] = "json"
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env_vars, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    msg = json.loads(res.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"]
+    assert json.loads(msg) == {"endpoint": endpoint, "throttle": throttle}
