@@ -53,6 +53,8 @@ class LoadSpec:
     poll_interval_s: float = 0.25
     draining_file: Path | None = None  # one worker URL per line, re-read at every poll
     draining: Callable[[], Iterable[str]] | None = None  # Python callers: URLs draining right now
+    # Python callers: arrivals stop once this is set (a load that lasts exactly as long as a rollout).
+    stop: threading.Event | None = None
 
 
 @dataclass
@@ -411,6 +413,8 @@ async def run_load(spec: LoadSpec) -> LoadReport:
             delay = t0 + at - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
+            if spec.stop is not None and spec.stop.is_set():
+                break
             tasks.append(asyncio.create_task(_one(session, spec, i, t0, at, sem)))
         results = list(await asyncio.gather(*tasks))
         if poller is not None:

@@ -7,11 +7,14 @@ it listens; SIGTERM drains it as SGLang drains (``/health`` 503, in-flight reque
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import NoReturn
 
 ROLES = ("unified", "prefill", "decode", "encoder")
+STARTUP_FAULTS_ENV = "INFERPLANE_EMULATOR_FAULTS"
+"""JSON faults (as ``POST /emulator/faults`` takes them) the engine starts with, e.g. '{"unhealthy": true}'."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -151,7 +154,19 @@ def run(args: argparse.Namespace) -> int:
         print(line, flush=True)
 
     try:
-        status = asyncio.run(Emulator(cfg).serve_forever(announce))
+        emulator = Emulator(cfg)
+        # A rehearsal can start a broken build (the upgrade runbook's failure drills): faults as
+        # POST /emulator/faults takes them, in force before the first request.
+        startup_faults = os.environ.get(STARTUP_FAULTS_ENV)
+        if startup_faults:
+            try:
+                problems = emulator.faults.update(json.loads(startup_faults))
+            except ValueError as exc:
+                problems = [f"not JSON ({exc})"]
+            if problems:
+                print(f"inferplane emulator: {STARTUP_FAULTS_ENV}: {'; '.join(problems)}", file=sys.stderr)
+                return 2
+        status = asyncio.run(emulator.serve_forever(announce))
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             ports = f"{cfg.port}" + (f" or bootstrap port {cfg.bootstrap_port}" if cfg.bootstrap_port else "")

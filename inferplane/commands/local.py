@@ -36,12 +36,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("stop", "SIGTERM the group's engine and wait (in-flight requests finish)"),
         ("start", "start the group again on its recorded version and release"),
         ("restart", "recreate the group, optionally on a new engine version/release; SMG registration is not touched"),
+        ("add", "start a group beyond the configured ones (e.g. prefill-2 of a blue/green set); no gateway is told"),
+        ("remove", "stop a group started with `group add` and forget it"),
     ):
         g = gsubs.add_parser(action, parents=[common], help=text, description=text)
         g.add_argument("name", help="group name, e.g. prefill-0, decode-1, encoder-0")
-        if action == "restart":
-            g.add_argument("--version", help="SGLang version the recreated engine reports")
-            g.add_argument("--release", metavar="FILE", help="release manifest the recreated group runs")
+        if action in ("restart", "add"):
+            g.add_argument("--version", help="SGLang version the engine reports (default: the release's for the role)")
+            g.add_argument("--release", metavar="FILE", help="release manifest the group runs")
+        if action in ("start", "restart", "add"):
+            g.add_argument(
+                "--timeout", type=float, metavar="S", help="seconds for the engine to turn healthy (default startup_timeout_seconds)"
+            )
+    gw = subs.add_parser("gateway", help="extra SMG gateways (a blue/green set's own gateway)")
+    gwsubs = gw.add_subparsers(dest="gateway_command", metavar="ACTION", required=True)
+    gadd = gwsubs.add_parser("add", parents=[common], help="start SMG smg-NAME with GROUPS as its workers")
+    gadd.add_argument("name")
+    gadd.add_argument("--groups", required=True, metavar="G1,G2,...", help="prefill and decode groups it routes to")
+    gremove = gwsubs.add_parser("remove", parents=[common], help="stop smg-NAME (the front must send it nothing)")
+    gremove.add_argument("name")
+    front = subs.add_parser("front", help="the front clients address: which gateway(s) get new requests")
+    fsubs = front.add_subparsers(dest="front_command", metavar="ACTION", required=True)
+    fset = fsubs.add_parser("set", parents=[common], help="route new requests by weight, e.g. `front set smg=90 green=10`")
+    fset.add_argument("weights", nargs="+", metavar="GATEWAY=WEIGHT", help="'smg' is the platform's own gateway")
+    fserve = fsubs.add_parser("serve", help="run the front process (started by `local up`)")
+    fserve.add_argument("--host", default="127.0.0.1")
+    fserve.add_argument("--port", type=int, required=True)
+    fserve.add_argument("--targets-file", type=Path, required=True)
     p = subs.add_parser("proc", help="signal one process: etcd-N, mooncake-master-N, mooncake-metadata, s3, smg, prometheus, or a group")
     psubs = p.add_subparsers(dest="proc_command", metavar="ACTION", required=True)
     for action, text in (
@@ -56,6 +77,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.local_command == "front" and args.front_command == "serve":
+        from inferplane.local.front import run as serve_front
+
+        return serve_front(args.host, args.port, args.targets_file)
+
     from inferplane.local import LocalError, LocalPlatform, MissingBinary, load_config
 
     cfg = load_config(Path(args.config) if args.config else None, state_dir=args.state_dir)
@@ -78,13 +104,38 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(report, indent=2) if args.json else render_status(report))
             return 0 if report["healthy"] else 1
         if args.local_command == "group":
+            if args.group_command == "remove":
+                platform.group_remove(args.name)
+                print(f"{args.name}: removed")
+                return 0
             if args.group_command == "restart":
-                group = platform.group_restart(args.name, version=args.version, release=args.release)
+                group = platform.group_restart(args.name, version=args.version, release=args.release, timeout=args.timeout)
+            elif args.group_command == "add":
+                group = platform.group_add(args.name, release=args.release, version=args.version, timeout=args.timeout)
             elif args.group_command == "stop":
                 group = platform.group_stop(args.name)
             else:
-                group = platform.group_start(args.name)
+                group = platform.group_start(args.name, timeout=args.timeout)
             print(f"{group.name}: {args.group_command} done (version {group.version}, release {group.release}, {group.url})")
+            return 0
+        if args.local_command == "gateway":
+            if args.gateway_command == "add":
+                gw = platform.gateway_add(args.name, [g.strip() for g in args.groups.split(",") if g.strip()])
+                print(f"gateway {args.name}: {gw.url} (metrics {gw.metrics_url}) routes to {', '.join(gw.groups or [])}")
+            else:
+                platform.gateway_remove(args.name)
+                print(f"gateway {args.name}: removed")
+            return 0
+        if args.local_command == "front":
+            weights: dict[str, int] = {}
+            for item in args.weights:
+                name, sep, value = item.partition("=")
+                if not sep or not value.isdigit():
+                    print(f"inferplane local front set: '{item}' is not GATEWAY=WEIGHT (e.g. smg=100)", file=sys.stderr)
+                    return 2
+                weights[name] = int(value)
+            front = platform.front_set(weights)
+            print(f"front {front.url}: " + ", ".join(f"{n}={w}" for n, w in front.weights.items()))
             return 0
         rec = platform.proc(args.proc_command, args.name)
         print(f"{rec.name}: {args.proc_command} done" + (f" (pid {rec.pid})" if rec.pid else ""))
@@ -125,6 +176,11 @@ def render_status(report: dict[str, Any]) -> str:
         lines.append(_table(rows))
     groups = ", ".join(f"{g['name']}={g['version']}" for g in report["groups"])
     lines.append(f"Engine versions: {groups}")
+    if report.get("front"):
+        weights = ", ".join(f"{n}={w}" for n, w in report["front"]["weights"].items())
+        lines.append(f"Front {report['front']['url']} (what clients use): {weights}")
+    for name, gw in (report.get("extra_gateways") or {}).items():
+        lines.append(f"Extra gateway {name} {gw['url']}: {', '.join(gw['groups'] or [])}")
     alerts = report["alerts"]
     if alerts is None:
         lines.append("Alerts: Prometheus not answering")

@@ -7,9 +7,10 @@ argv comes from :func:`inferplane.gateway_args.smg_argv` and the alert rules fro
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,25 +169,50 @@ def engine(slot: GroupSlot, group: Group, layout: Layout, cfg: LocalPlatformConf
     return ProcSpec(slot.name, "engine", argv, ports, f"{slot.url}/health", env)
 
 
-def smg(layout: Layout, cfg: LocalPlatformConfig, admin_key: str | None) -> ProcSpec:
-    prefills = [(s.url, s.bootstrap_port) for s in layout.groups if s.role == "prefill"]
-    decodes = [s.url for s in layout.groups if s.role == "decode"]
+def smg(
+    layout: Layout,
+    cfg: LocalPlatformConfig,
+    admin_key: str | None,
+    *,
+    name: str = "smg",
+    ports: tuple[int, int] | None = None,
+    groups: Sequence[GroupSlot] | None = None,
+) -> ProcSpec:
+    """The platform's gateway, or (``name``, ``ports``, ``groups``) an extra one for another set of groups."""
+    slots = layout.groups if groups is None else groups
+    prefills = [(s.url, s.bootstrap_port) for s in slots if s.role == "prefill"]
+    decodes = [s.url for s in slots if s.role == "decode"]
+    port, metrics_port = ports or (layout.smg, layout.smg_metrics)
     keys = [ControlPlaneKey("local-admin", "LocalAdmin", "admin", admin_key)] if admin_key else []
     argv = smg_argv(
         cfg.gateway,
         prefills,
         decodes,
         host=HOST,
-        port=layout.smg,
+        port=port,
         metrics_host=HOST,
-        metrics_port=layout.smg_metrics,
+        metrics_port=metrics_port,
         control_plane_keys=keys,
         worker_startup_timeout_secs=cfg.startup_timeout_seconds,
         # Engines are up before SMG starts; a slow one is retried every second, not every 30.
         worker_startup_check_interval_secs=1,
         program=binary("smg"),
     )
-    return ProcSpec("smg", "smg", argv, {"http": layout.smg, "metrics": layout.smg_metrics}, f"http://{HOST}:{layout.smg}/liveness")
+    return ProcSpec(name, "smg", argv, {"http": port, "metrics": metrics_port}, f"http://{HOST}:{port}/liveness")
+
+
+def front_targets(weights: dict[str, int], urls: dict[str, str]) -> str:
+    """The front's targets file: gateway name -> {url, weight}."""
+    return (
+        json.dumps({"targets": {name: {"url": urls[name], "weight": weight} for name, weight in sorted(weights.items())}}, indent=2) + "\n"
+    )
+
+
+def front(layout: Layout, targets_file: Path, targets: str) -> ProcSpec:
+    argv = [sys.executable, "-m", "inferplane.cli", "local", "front", "serve"]
+    argv += ["--host", HOST, "--port", str(layout.front), "--targets-file", str(targets_file)]
+    files: dict[str, str | Callable[[Path], None]] = {str(targets_file): targets}
+    return ProcSpec("front", "front", argv, {"http": layout.front}, f"http://{HOST}:{layout.front}/front/health", files=files)
 
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}

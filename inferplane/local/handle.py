@@ -60,6 +60,14 @@ class PlatformHandle:
         return admin_headers(self.state)
 
     @property
+    def front_url(self) -> str:
+        """What clients address: routes each request to a gateway by weight (`front_set`)."""
+        front = self.state.endpoints.front
+        if front is None:
+            raise RuntimeError("this platform has no front; `ensure_up()` starts one")
+        return front.url
+
+    @property
     def prometheus_url(self) -> str:
         return self.state.endpoints.prometheus
 
@@ -143,6 +151,21 @@ class PlatformHandle:
     def group_restart(self, name: str, version: str | None = None, release: str | Path | None = None) -> st.Group:
         return self.platform.group_restart(name, version=version, release=release)
 
+    def group_add(self, name: str, release: str | Path | None = None, version: str | None = None) -> st.Group:
+        return self.platform.group_add(name, release=release, version=version)
+
+    def group_remove(self, name: str) -> None:
+        self.platform.group_remove(name)
+
+    def gateway_add(self, name: str, groups: list[str]) -> st.Gateway:
+        return self.platform.gateway_add(name, groups)
+
+    def gateway_remove(self, name: str) -> None:
+        self.platform.gateway_remove(name)
+
+    def front_set(self, **weights: int) -> st.Front:
+        return self.platform.front_set(weights)
+
     def status(self) -> dict[str, Any]:
         return status_of(self.state)
 
@@ -154,7 +177,17 @@ class PlatformHandle:
         """Back to the baseline: every process running, groups on the baseline release and version,
         no faults, every group registered with SMG. For tests that change the platform."""
         state = self.platform.up()
+        # A blue/green run that stopped half way leaves its set behind: the front back to the
+        # platform's gateway, extra gateways and run-time groups gone.
+        if state.endpoints.front is not None and state.endpoints.front.weights != {"smg": 100}:
+            self.platform.front_set({"smg": 100})
+        for name in list(state.endpoints.gateways):
+            self.platform.front_set({"smg": 100})
+            self.platform.gateway_remove(name)
         baseline = self.platform.baseline_groups(self.platform.layout(state.base_port), load_release(state.release), state.model)
+        for name in [n for n in self.state.groups if n not in baseline]:
+            self.platform.group_remove(name)
+        state = self.state
         for name, g in state.groups.items():
             base = baseline[name]
             if (g.version, g.release) != (base.version, base.release):

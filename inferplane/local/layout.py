@@ -19,6 +19,10 @@ ETCD_CLIENT, ETCD_PEER = 0, 5
 MASTER_RPC, MASTER_METRICS = 10, 15
 METADATA, S3, PROMETHEUS = 20, 21, 22
 SMG, SMG_METRICS = 30, 31
+# The front (what clients address; the local stand-in for the gateway's Kubernetes Service) and
+# extra gateways (a blue/green switch runs a second SMG for the new set): 2 ports each.
+FRONT = 32
+EXTRA_GATEWAYS, MAX_EXTRA_GATEWAYS = 40, 10
 ROLE_BLOCK = {"prefill": 100, "decode": 200, "encoder": 300}  # each role: 2 ports per group
 SPAN = 100 + 3 * 2 * MAX_GROUPS_PER_ROLE
 
@@ -86,10 +90,31 @@ class Layout:
     def smg_metrics(self) -> int:
         return self.base_port + SMG_METRICS
 
+    @property
+    def front(self) -> int:
+        return self.base_port + FRONT
+
+    def extra_gateway(self, index: int) -> tuple[int, int]:
+        """(http, metrics) port of extra gateway slot ``index``."""
+        if not 0 <= index < MAX_EXTRA_GATEWAYS:
+            raise KeyError(f"extra gateway slot {index}: only {MAX_EXTRA_GATEWAYS} exist")
+        port = self.base_port + EXTRA_GATEWAYS + 2 * index
+        return port, port + 1
+
+    def slot(self, role: EngineRole, index: int) -> GroupSlot:
+        """Any group of a role, configured or added later (`local group add`): same port rule."""
+        if not 0 <= index < MAX_GROUPS_PER_ROLE:
+            raise KeyError(f"{role}-{index}: at most {MAX_GROUPS_PER_ROLE} groups per role")
+        port = self.base_port + ROLE_BLOCK[role] + 2 * index
+        return GroupSlot(f"{role}-{index}", role, index, port, port + 1 if role == "prefill" else None)
+
     def group(self, name: str) -> GroupSlot:
         for slot in self.groups:
             if slot.name == name:
                 return slot
+        role, _, index = name.rpartition("-")
+        if role in ENGINE_ROLES and index.isdigit():
+            return self.slot(role, int(index))  # type: ignore[arg-type]
         raise KeyError(name)
 
     def ports(self) -> dict[str, dict[str, int]]:
@@ -104,6 +129,7 @@ class Layout:
         out["s3"] = {"http": self.s3}
         out["prometheus"] = {"http": self.prometheus}
         out["smg"] = {"http": self.smg, "metrics": self.smg_metrics}
+        out["front"] = {"http": self.front}
         for slot in self.groups:
             out[slot.name] = {"http": slot.port} | ({"bootstrap": slot.bootstrap_port} if slot.bootstrap_port else {})
         return out

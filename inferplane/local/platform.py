@@ -24,7 +24,7 @@ from inferplane.local import state as st
 from inferplane.local.components import ProcSpec
 from inferplane.local.config import LocalPlatformConfig
 from inferplane.local.http import Response, get_json, request
-from inferplane.local.layout import HOST, Layout
+from inferplane.local.layout import HOST, MAX_EXTRA_GATEWAYS, Layout
 from inferplane.manifest import ReleaseManifest, load_release
 from inferplane.spec import REPO_ROOT
 
@@ -37,7 +37,7 @@ PROC_ACTIONS: tuple[ProcAction, ...] = ("stop", "start", "kill", "pause", "resum
 # finish in-flight requests; etcd members whose peers are already gone spend ~7 s trying to hand
 # over leadership (measured), and their WAL is fsynced, so a kill after 3 s loses nothing.
 STOP_WAVES: tuple[tuple[tuple[st.ProcKind, ...], float], ...] = (
-    (("smg", "prometheus", "engine"), 20.0),
+    (("front", "smg", "prometheus", "engine"), 20.0),
     (("mooncake-master", "mooncake-metadata", "s3"), 5.0),
     (("etcd",), 3.0),
 )
@@ -108,6 +108,8 @@ class LocalPlatform:
             # the runbooks' business (a drained group stays out), so only a fresh SMG is waited for.
             if self._phase(state, [specs["smg"]]):
                 self._wait_workers(state)
+            self._phase(state, [specs[gw.process] for gw in state.endpoints.gateways.values()])
+            self._phase(state, [specs["front"]])
             return state
 
     def _plan(self, layout: Layout, release: ReleaseManifest, previous: st.State | None) -> st.State:
@@ -129,6 +131,9 @@ class LocalPlatform:
             admin_key = secrets.token_urlsafe(24)
         baseline = self.baseline_groups(layout, release, model)
         groups = {name: (previous.groups.get(name) if previous else None) or g for name, g in baseline.items()}
+        # Groups added at run time (`group add`, a blue/green set) stay while the platform runs.
+        groups |= {name: g for name, g in (previous.groups.items() if previous else []) if name not in baseline}
+        front = previous.endpoints.front if previous and previous.endpoints.front else None
         endpoints = st.Endpoints(
             gateway=st.Gateway(
                 url=f"http://{HOST}:{layout.smg}", metrics_url=f"http://{HOST}:{layout.smg_metrics}/metrics", admin_key=admin_key
@@ -150,6 +155,12 @@ class LocalPlatform:
             ),
             prometheus=f"http://{HOST}:{layout.prometheus}",
             s3=st.S3(endpoint=f"http://{HOST}:{layout.s3}", bucket=bucket, prefix=prefix),
+            front=st.Front(
+                url=f"http://{HOST}:{layout.front}",
+                targets_file=str(self.state_dir / "front" / "targets.json"),
+                weights=front.weights if front else {"smg": 100},
+            ),
+            gateways=dict(previous.endpoints.gateways) if previous else {},
         )
         state = st.State(
             state_dir=str(self.state_dir),
@@ -202,9 +213,25 @@ class LocalPlatform:
         specs += [components.s3(layout), components.prometheus(layout, self.cfg, self.state_dir)]
         specs += [components.mooncake_master(layout, i, self.cfg) for i in range(layout.masters)]
         encoder_urls = [s.url for s in layout.groups if s.role == "encoder"]
-        specs += [components.engine(slot, state.groups[slot.name], layout, self.cfg, encoder_urls) for slot in layout.groups]
+        specs += [components.engine(layout.group(name), g, layout, self.cfg, encoder_urls) for name, g in state.groups.items()]
         specs.append(components.smg(layout, self.cfg, state.endpoints.gateway.admin_key))
+        specs += [self._gateway_spec(layout, gw) for gw in state.endpoints.gateways.values()]
+        specs.append(self._front_spec(layout, state))
         return {s.name: s for s in specs}
+
+    def _gateway_spec(self, layout: Layout, gw: st.Gateway) -> ProcSpec:
+        port, metrics = int(gw.url.rsplit(":", 1)[1]), int(gw.metrics_url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+        slots = [layout.group(g) for g in gw.groups or []]
+        return components.smg(layout, self.cfg, gw.admin_key, name=gw.process, ports=(port, metrics), groups=slots)
+
+    def _front_spec(self, layout: Layout, state: st.State) -> ProcSpec:
+        front = state.endpoints.front
+        assert front is not None
+        return components.front(layout, Path(front.targets_file), components.front_targets(front.weights, self._gateway_urls(state)))
+
+    @staticmethod
+    def _gateway_urls(state: st.State) -> dict[str, str]:
+        return {"smg": state.endpoints.gateway.url} | {name: gw.url for name, gw in state.endpoints.gateways.items()}
 
     def _log(self, name: str) -> Path:
         return self.state_dir / "logs" / f"{name}.log"
@@ -261,7 +288,8 @@ class LocalPlatform:
         self.say(f"{spec.name}: started (pid {ident.pid}, log {rec.log})")
 
     def _wait_healthy(self, state: st.State, names: list[str], timeout: float | None = None) -> None:
-        deadline = time.monotonic() + (timeout or self.cfg.startup_timeout_seconds)
+        timeout = timeout or self.cfg.startup_timeout_seconds
+        deadline = time.monotonic() + timeout
         pending = list(names)
         last: dict[str, str] = {}
         while pending:
@@ -278,7 +306,7 @@ class LocalPlatform:
             if time.monotonic() > deadline:
                 name = pending[0]
                 raise LocalError(
-                    f"{name} not healthy after {self.cfg.startup_timeout_seconds}s ({last.get(name)}); "
+                    f"{name} not healthy after {timeout:g}s ({last.get(name)}); "
                     f"log {state.processes[name].log}: {log_tail(state.processes[name].log)}"
                 )
             time.sleep(0.2)
@@ -293,19 +321,23 @@ class LocalPlatform:
             "no Mooncake master became a serving leader; check etcd health and the mooncake-master-* logs (`inferplane local status`)"
         )
 
-    def _wait_workers(self, state: st.State) -> None:
-        """SMG registers its startup workers in the background: wait until every group is ready."""
-        want = {g.url for g in state.groups.values() if g.role in ("prefill", "decode")}
+    def _wait_workers(self, state: st.State, gateway: st.Gateway | None = None) -> None:
+        """SMG registers its startup workers in the background: wait until every group it starts with is ready."""
+        gateway = gateway or state.endpoints.gateway
+        names = gateway.groups if gateway.groups is not None else [s.name for s in self.layout(state.base_port).groups]
+        want = {state.groups[n].url for n in names if state.groups[n].role in ("prefill", "decode")}
         deadline = time.monotonic() + self.cfg.startup_timeout_seconds
         seen: dict[str, str] = {}
         while time.monotonic() < deadline:
-            table = smg_workers(state)
+            table = smg_workers(state, gateway)
             seen = {w.get("url", ""): str(w.get("status")) for w in table or []}
             if want <= {u for u, s in seen.items() if s == "ready"}:
                 return
             time.sleep(0.3)
         missing = sorted(u for u in want if seen.get(u) != "ready")
-        raise LocalError(f"SMG did not report every group ready (not ready: {', '.join(missing)}); log {state.processes['smg'].log}")
+        raise LocalError(
+            f"{gateway.process} did not report every group ready (not ready: {', '.join(missing)}); log {state.processes[gateway.process].log}"
+        )
 
     def _upload_model(self, state: st.State, release: ReleaseManifest) -> None:
         """Generate the local model (byte-identical to what releases/local.yaml pins) into the object store."""
@@ -383,14 +415,20 @@ class LocalPlatform:
     def group_stop(self, name: str) -> st.Group:
         return self._group_op(name, "stop")
 
-    def group_start(self, name: str) -> st.Group:
-        return self._group_op(name, "start")
+    def group_start(self, name: str, timeout: float | None = None) -> st.Group:
+        return self._group_op(name, "start", timeout=timeout)
 
-    def group_restart(self, name: str, version: str | None = None, release: str | Path | None = None) -> st.Group:
-        """Recreate the group's process on ``version``/``release`` at the same URL; SMG is not told."""
-        return self._group_op(name, "restart", version=version, release=release)
+    def group_restart(
+        self, name: str, version: str | None = None, release: str | Path | None = None, timeout: float | None = None
+    ) -> st.Group:
+        """Recreate the group's process on ``version``/``release`` at the same URL; SMG is not told.
+        ``timeout``: seconds for it to turn healthy (default startup_timeout_seconds); past it the
+        process keeps running, unhealthy, and the call fails."""
+        return self._group_op(name, "restart", version=version, release=release, timeout=timeout)
 
-    def _group_op(self, name: str, op: str, version: str | None = None, release: str | Path | None = None) -> st.Group:
+    def _group_op(
+        self, name: str, op: str, version: str | None = None, release: str | Path | None = None, timeout: float | None = None
+    ) -> st.Group:
         with st.locked(self.state_dir):
             state = self.state()
             if name not in state.groups:
@@ -421,9 +459,150 @@ class LocalPlatform:
                 else:
                     self._check_ports(spec)
                     self._start(state, spec)
-                    self._wait_healthy(state, [name])
+                    self._wait_healthy(state, [name], timeout)
             st.save(state)
             return group
+
+    # ---- run-time groups, extra gateways and the front (blue/green) ---------------------------------
+
+    def group_add(self, name: str, release: str | Path | None = None, version: str | None = None, timeout: float | None = None) -> st.Group:
+        """Start a group beyond the configured ones (e.g. prefill-2 of a new set) on ``release``; no gateway is told."""
+        with st.locked(self.state_dir):
+            state = self.state()
+            layout = self.layout(state.base_port)
+            if name in state.groups:
+                raise LocalError(f"group '{name}' exists already ({state.groups[name].version}); restart it or pick another index")
+            try:
+                slot = layout.group(name)
+            except KeyError as exc:
+                raise LocalError(f"'{name}' is not a group name (<prefill|decode|encoder>-<index>): {exc.args[0]}") from None
+            path = Path(release).resolve() if release else self.cfg.release_path
+            manifest = load_release(path)
+            if slot.role not in manifest.roles:
+                raise LocalError(f"{path}: pins no '{slot.role}' role; add roles.{slot.role} or pick another release")
+            group = st.Group(
+                name=name,
+                role=slot.role,
+                url=slot.url,
+                bootstrap_port=slot.bootstrap_port,
+                version=version or manifest.effective(slot.role).sglang_version,
+                release=str(path),
+                model=state.model,
+            )
+            encoder_urls = [g.url for g in state.groups.values() if g.role == "encoder"]
+            spec = components.engine(slot, group, layout, self.cfg, encoder_urls)
+            self._check_ports(spec)
+            state.groups[name] = group
+            state.processes[name] = st.Process(
+                name=name, kind=spec.kind, cmd=spec.argv, env=spec.env, log=str(self._log(name)), ports=spec.ports
+            )
+            self._start(state, spec)
+            self._wait_healthy(state, [name], timeout)
+            st.save(state)
+            return group
+
+    def group_remove(self, name: str) -> None:
+        """Stop a run-time group (SIGTERM: in-flight requests finish) and forget it."""
+        with st.locked(self.state_dir):
+            state = self.state()
+            if name not in state.groups:
+                raise LocalError(f"no engine group '{name}'; groups: {', '.join(state.groups)}")
+            if name in {s.name for s in self.layout(state.base_port).groups}:
+                raise LocalError(f"{name} is one of the platform's configured groups; stop it with `inferplane local group stop {name}`")
+            users = [n for n, gw in state.endpoints.gateways.items() if name in (gw.groups or [])]
+            if users:
+                raise LocalError(f"{name} is a startup worker of gateway(s) {', '.join(users)}; remove those first")
+            self._stop(state.processes[name])
+            del state.groups[name]
+            del state.processes[name]
+            st.save(state)
+            self.say(f"{name}: removed")
+
+    def gateway_add(self, name: str, groups: list[str]) -> st.Gateway:
+        """Start another SMG (``smg-<name>``) with ``groups`` as its workers, e.g. a blue/green set's own gateway."""
+        if not name or not all(c.isalnum() or c == "-" for c in name) or name == "smg":
+            raise LocalError(f"gateway name '{name}': use letters, digits and '-', not 'smg' (the platform's own)")
+        with st.locked(self.state_dir):
+            state = self.state()
+            layout = self.layout(state.base_port)
+            if name in state.endpoints.gateways:
+                raise LocalError(f"gateway '{name}' exists already at {state.endpoints.gateways[name].url}")
+            unknown = [g for g in groups if g not in state.groups]
+            roles = {state.groups[g].role for g in groups if g in state.groups}
+            if unknown or not {"prefill", "decode"} <= roles:
+                raise LocalError(
+                    f"gateway '{name}' needs existing prefill and decode groups (unknown: {', '.join(unknown) or 'none'}; roles: {sorted(roles)})"
+                )
+            used = {gw.url for gw in state.endpoints.gateways.values()}
+            index = next(
+                i
+                for i in range(MAX_EXTRA_GATEWAYS + 1)
+                if i == MAX_EXTRA_GATEWAYS or f"http://{HOST}:{layout.extra_gateway(i)[0]}" not in used
+            )
+            if index == MAX_EXTRA_GATEWAYS:
+                raise LocalError(f"all {MAX_EXTRA_GATEWAYS} extra gateway slots are in use; remove one first")
+            port, metrics = layout.extra_gateway(index)
+            gw = st.Gateway(
+                url=f"http://{HOST}:{port}",
+                metrics_url=f"http://{HOST}:{metrics}/metrics",
+                admin_key=state.endpoints.gateway.admin_key,
+                process=f"smg-{name}",
+                groups=list(groups),
+            )
+            spec = self._gateway_spec(layout, gw)
+            self._check_ports(spec)
+            state.endpoints.gateways[name] = gw
+            state.processes[gw.process] = st.Process(
+                name=gw.process, kind="smg", cmd=spec.argv, log=str(self._log(gw.process)), ports=spec.ports, health_url=spec.health_url
+            )
+            self._start(state, spec)
+            self._wait_healthy(state, [gw.process])
+            self._wait_workers(state, gw)
+            st.save(state)
+            return gw
+
+    def gateway_remove(self, name: str) -> None:
+        """Stop an extra gateway (SIGTERM: SMG finishes what it is proxying) once the front sends it nothing."""
+        with st.locked(self.state_dir):
+            state = self.state()
+            if name not in state.endpoints.gateways:
+                raise LocalError(f"no extra gateway '{name}'; extra gateways: {', '.join(state.endpoints.gateways) or 'none'}")
+            front = state.endpoints.front
+            if front is not None and front.weights.get(name, 0) > 0:
+                raise LocalError(
+                    f"the front still sends {front.weights[name]} of its weight to '{name}'; `inferplane local front set` it to 0 first"
+                )
+            gw = state.endpoints.gateways.pop(name)
+            if front is not None:
+                front.weights.pop(name, None)
+            rec = state.processes.pop(gw.process, None)
+            if rec is not None:
+                self._stop(rec)
+            st.save(state)
+            self.say(f"gateway {name}: removed")
+
+    def front_set(self, weights: dict[str, int]) -> st.Front:
+        """Route new requests to the named gateways by weight (0 = none); requests already sent finish where they are."""
+        with st.locked(self.state_dir):
+            state = self.state()
+            front = state.endpoints.front
+            if front is None:
+                raise LocalError("this platform has no front; `inferplane local up` again starts one")
+            urls = self._gateway_urls(state)
+            unknown = [n for n in weights if n not in urls]
+            if unknown or any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
+                raise LocalError(
+                    f"front weights {weights}: name gateways of this platform ({', '.join(urls)}) with weights >= 0 and at least one > 0"
+                )
+            front.weights = {n: w for n, w in weights.items() if w > 0}
+            path = Path(front.targets_file)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(components.front_targets(front.weights, urls))
+            tmp.replace(path)
+            st.save(state)
+            self.say("front: " + ", ".join(f"{n}={w}" for n, w in front.weights.items()))
+            return front
 
     def _stop(self, rec: st.Process, timeout: float = 30.0) -> bool:
         ident = rec.identity()
@@ -523,8 +702,10 @@ def admin_headers(state: st.State) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def smg_workers(state: st.State) -> list[dict[str, Any]] | None:
-    body = get_json(state.endpoints.gateway.url + "/workers", headers=admin_headers(state), timeout=3.0)
+def smg_workers(state: st.State, gateway: st.Gateway | None = None) -> list[dict[str, Any]] | None:
+    gateway = gateway or state.endpoints.gateway
+    headers = {"Authorization": f"Bearer {gateway.admin_key}"} if gateway.admin_key else {}
+    body = get_json(gateway.url + "/workers", headers=headers, timeout=3.0)
     return body.get("workers") if isinstance(body, dict) else None
 
 
@@ -585,6 +766,8 @@ def status_of(state: st.State) -> dict[str, Any]:
             ],
         },
         "groups": [g.model_dump() for g in state.groups.values()],
+        "front": None if state.endpoints.front is None else {"url": state.endpoints.front.url, "weights": state.endpoints.front.weights},
+        "extra_gateways": {name: {"url": gw.url, "groups": gw.groups} for name, gw in state.endpoints.gateways.items()},
         "alerts": None
         if alerts is None
         else [{"alertname": a["labels"].get("alertname"), "state": a.get("state"), "labels": a["labels"]} for a in alerts],

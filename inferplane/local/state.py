@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from inferplane.local.proc import Identity
 
 STATE_FILE = "state.json"
-ProcKind = Literal["etcd", "mooncake-master", "mooncake-metadata", "s3", "prometheus", "smg", "engine"]
+ProcKind = Literal["etcd", "mooncake-master", "mooncake-metadata", "s3", "prometheus", "smg", "engine", "front"]
 
 
 class _Model(BaseModel):
@@ -61,6 +61,17 @@ class Gateway(_Model):
     url: str
     metrics_url: str
     admin_key: str | None = Field(default=None, description="SMG control-plane admin key (Authorization: Bearer ...)")
+    process: str = Field(default="smg", description="its process in `processes`")
+    groups: list[str] | None = Field(default=None, description="engine groups it starts with; None: the configured groups")
+
+
+class Front(_Model):
+    """What clients address: routes each new request to a gateway by weight (a Service's selector,
+    an ingress split). Requests already sent finish where they are."""
+
+    url: str
+    targets_file: str = Field(description="JSON the front re-reads: gateway name -> {url, weight}")
+    weights: dict[str, int] = Field(description="gateway name ('smg' or an extra gateway's) -> share of new requests")
 
 
 class MooncakeMaster(_Model):
@@ -100,6 +111,17 @@ class Endpoints(_Model):
     mooncake: Mooncake
     prometheus: str
     s3: S3
+    front: Front | None = None
+    gateways: dict[str, Gateway] = Field(default_factory=dict, description="extra gateways by name (blue/green), besides `gateway`")
+
+    def gateway_named(self, name: str) -> Gateway:
+        """'smg' is the platform's own gateway; any other name an extra one."""
+        if name == "smg":
+            return self.gateway
+        try:
+            return self.gateways[name]
+        except KeyError:
+            raise KeyError(f"no gateway '{name}'; known: {', '.join(['smg', *self.gateways])}") from None
 
 
 class State(_Model):
