@@ -39,8 +39,8 @@ class MetricsError(Exception):
     pass
 
 
-def _split_series(line: str) -> tuple[str, str] | None:
-    """(metric name, the rest after the labels) of one sample line; None for comments/blank."""
+def _split_series(line: str) -> tuple[str, str, str] | None:
+    """(metric name, label text, the rest after the labels) of one sample line; None for comments/blank."""
     line = line.strip()
     if not line or line.startswith("#"):
         return None
@@ -48,7 +48,7 @@ def _split_series(line: str) -> tuple[str, str] | None:
     space = line.find(" ")
     if brace < 0 or (0 <= space < brace):
         name, _, rest = line.partition(" ")
-        return name, rest
+        return name, "", rest
     # Label values may hold '}' or spaces inside quotes: walk to the closing brace.
     i, quoted = brace + 1, False
     while i < len(line):
@@ -61,7 +61,45 @@ def _split_series(line: str) -> tuple[str, str] | None:
         elif c == "}" and not quoted:
             break
         i += 1
-    return line[:brace], line[i + 1 :]
+    return line[:brace], line[brace + 1 : i], line[i + 1 :]
+
+
+def _labels(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(text):
+        eq = text.find("=", i)
+        if eq < 0:
+            break
+        key = text[i:eq].strip().lstrip(",").strip()
+        j, value = eq + 2, []  # skip '="'
+        while j < len(text) and text[j] != '"':
+            if text[j] == "\\" and j + 1 < len(text):
+                j += 1
+            value.append(text[j])
+            j += 1
+        out[key] = "".join(value)
+        i = j + 1
+    return out
+
+
+def series(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Every sample as (name, labels, value)."""
+    out = []
+    for line in text.splitlines():
+        split = _split_series(line)
+        if split is None:
+            continue
+        name, label_text, rest = split
+        fields = rest.split()
+        if not fields:
+            continue
+        try:
+            value = float(fields[0])
+        except ValueError:
+            continue
+        out.append((name, _labels(label_text), value))
+    return out
 
 
 def parse(text: str) -> dict[str, float]:
@@ -71,7 +109,7 @@ def parse(text: str) -> dict[str, float]:
         split = _split_series(line)
         if split is None:
             continue
-        name, rest = split
+        name, _, rest = split
         fields = rest.split()
         if not fields:
             continue
@@ -83,14 +121,17 @@ def parse(text: str) -> dict[str, float]:
     return out
 
 
-def fetch(url: str, timeout: float = 5.0) -> dict[str, float]:
-    """Any Prometheus endpoint, parsed (``parse``)."""
+def fetch_text(url: str, timeout: float = 5.0) -> str:
     try:
         with _OPENER.open(urllib.request.Request(url), timeout=timeout) as resp:
-            text = resp.read().decode(errors="replace")
+            return resp.read().decode(errors="replace")
     except OSError as exc:
         raise MetricsError(f"{url}: {getattr(exc, 'reason', exc)}") from None
-    return parse(text)
+
+
+def fetch(url: str, timeout: float = 5.0) -> dict[str, float]:
+    """Any Prometheus endpoint, parsed (``parse``)."""
+    return parse(fetch_text(url, timeout))
 
 
 def scrape(url: str, timeout: float = 5.0) -> dict[str, float]:

@@ -35,10 +35,18 @@ def local_rollout_target(state: dict[str, Any], state_dir: str, min_groups: dict
     except (KeyError, TypeError) as exc:
         raise AnsibleFilterError(f"{state_dir}/state.json lacks {exc}: is it a local platform state file?") from None
     gw = endpoints["gateway"]
-    gateways = [{"name": "smg", "url": gw["url"], "metrics_url": gw["metrics_url"], "headers": _headers(gw.get("admin_key"))}]
+    gateways = [
+        {"name": "smg", "url": gw["url"], "metrics_url": gw["metrics_url"], "headers": _headers(gw.get("admin_key")), "groups": None}
+    ]
     for name, extra in sorted((endpoints.get("gateways") or {}).items()):
         gateways.append(
-            {"name": name, "url": extra["url"], "metrics_url": extra["metrics_url"], "headers": _headers(extra.get("admin_key"))}
+            {
+                "name": name,
+                "url": extra["url"],
+                "metrics_url": extra["metrics_url"],
+                "headers": _headers(extra.get("admin_key")),
+                "groups": extra.get("groups"),
+            }
         )
     out_groups = []
     for g in groups.values():
@@ -88,9 +96,11 @@ def k8s_rollout_target(
     release_file: str,
     admin_key: str,
     namespace: str,
+    set_name: str = "",
 ) -> dict[str, Any]:
     """Groups (one per LWS replica; addressed by SMG through the headless DNS name, by the runbook
-    directly through the leader pod's IP) and every SMG replica (each keeps its own registry)."""
+    directly through the leader pod's IP) and every SMG replica (each keeps its own registry).
+    With ``set_name``, the LWS of a blue/green set (``<role>-<set>``)."""
     pools = platform.get("pools") or {}
     gw_spec = platform.get("gateway") or {}
     gw_port, gw_metrics = int(gw_spec.get("port", 30000)), int(gw_spec.get("metrics_port", 29000))
@@ -105,6 +115,7 @@ def k8s_rollout_target(
                     "url": f"http://{ip}:{gw_port}",
                     "metrics_url": f"http://{ip}:{gw_metrics}/metrics",
                     "headers": _headers(admin_key),
+                    "groups": None,
                 }
             )
     if not gateways:
@@ -115,13 +126,15 @@ def k8s_rollout_target(
         if labels.get(LWS_WORKER_INDEX) == "0":
             leaders[(labels.get(LWS_NAME), int(labels.get(LWS_INDEX, -1)))] = pod
     groups = []
+    suffix = f"-{set_name}" if set_name else ""
     for obj in lws:
-        role = obj["metadata"]["name"]
+        lws_name = obj["metadata"]["name"]
+        role = lws_name[: -len(suffix)] if suffix and lws_name.endswith(suffix) else ("" if suffix else lws_name)
         if role not in pools:
             continue
         port = int(pools[role].get("port", 30000))
         for i in range(int(obj["spec"].get("replicas", 0))):
-            pod = leaders.get((role, i), {})
+            pod = leaders.get((lws_name, i), {})
             ip = (pod.get("status") or {}).get("podIP", "")
             container = next(iter((pod.get("spec") or {}).get("containers") or []), {})
             env = {e.get("name"): e.get("value") for e in container.get("env") or []}
@@ -131,10 +144,11 @@ def k8s_rollout_target(
                 version = ""
             groups.append(
                 {
-                    "name": f"{role}-{i}",
+                    "name": f"{lws_name}-{i}",
                     "role": role,
                     "index": i,
-                    "url": f"http://{role}-{i}.{role}.{namespace}:{port}",
+                    "lws": lws_name,
+                    "url": f"http://{lws_name}-{i}.{lws_name}.{namespace}:{port}",
                     "direct_url": f"http://{ip}:{port}" if ip else "",
                     "metrics_url": f"http://{ip}:{port}/metrics" if ip else "",
                     "bootstrap_port": int(pools[role].get("bootstrap_port", 8998)) if role == "prefill" else None,
@@ -247,6 +261,51 @@ def lws_behind(groups: list[dict[str, Any]], group: dict[str, Any]) -> list[str]
     ]
 
 
+def engine_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods LWS made (engine groups) among ``pods``."""
+    return [p for p in pods if LWS_NAME in (p["metadata"].get("labels") or {})]
+
+
+def gateway_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The SMG pods among ``pods``."""
+    return [p for p in pods if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/name") == "smg"]
+
+
+def local_set_names(groups: list[dict[str, Any]], sizes: dict[str, int]) -> list[dict[str, str]]:
+    """Names for a new set's local groups: per role, the indices after every existing group's."""
+    out = []
+    for role in ROLE_ORDER:
+        count = int(sizes.get(role, 0))
+        start = max((int(g["index"]) for g in groups if g["role"] == role), default=-1) + 1
+        out += [{"name": f"{role}-{start + i}", "role": role} for i in range(count)]
+    return out
+
+
+def serving_set_objects(platform: dict[str, Any], release_file: str, set_name: str) -> list[dict[str, Any]]:
+    """Kubernetes objects of a blue/green set (inferplane.bluegreen.set_objects)."""
+    from inferplane.bluegreen import set_objects
+    from inferplane.errors import ConfigError
+    from inferplane.manifest import load_release
+
+    try:
+        return set_objects(platform, load_release(release_file), set_name)
+    except ConfigError as exc:
+        raise AnsibleFilterError(exc.render()) from None
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+def front_selector(set_name: str, phase: str) -> dict[str, Any]:
+    """The gateway Service's selector for a switch phase (blue, canary, green), as a merge patch."""
+    from inferplane.bluegreen import front_selectors
+
+    wanted: dict[str, Any] = dict(front_selectors(set_name)[phase])
+    # A merge patch removes a key only when it is sent as null.
+    if "app.kubernetes.io/component" not in wanted:
+        wanted["app.kubernetes.io/component"] = None
+    return wanted
+
+
 def lws_template(platform: dict[str, Any], release_file: str, role: str) -> dict[str, Any]:
     """The LWS ``leaderWorkerTemplate`` Pulumi renders for ``role`` on that release."""
     from inferplane.errors import ConfigError
@@ -268,6 +327,11 @@ class FilterModule:
             "kv_pairs": kv_pairs,
             "rollout_plan": rollout_plan,
             "lws_template": lws_template,
+            "local_set_names": local_set_names,
+            "engine_pods": engine_pods,
+            "gateway_pods": gateway_pods,
+            "serving_set_objects": serving_set_objects,
+            "front_selector": front_selector,
             "lws_leader": lws_leader,
             "lws_group_rebuilt": lws_group_rebuilt,
             "lws_behind": lws_behind,
