@@ -15,7 +15,7 @@ of one file after the other, then ``sha256sum``; limit = boto3 ``download_file``
 once (s3transfer's ranged GETs), no hashing. moto is a Python server sharing the cores with the
 client, so the S3 rows measure moto as much as the clients.
 
-Cache state: with root, ``/proc/sys/vm/drop_caches`` is written before every variant (cold
+Rounds: 3 (quick: 1), or BENCH_WARMUP_ROUNDS. Cache state: with root, ``/proc/sys/vm/drop_caches`` is written before every variant (cold
 source); otherwise every variant starts with the source read once (warm source).
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -80,11 +81,18 @@ class Bench:
         else:
             _read_all(self.src)
 
-    def time(self, fn: Callable[[], None]) -> float:
+    def time(self, fn: Callable[[], None]) -> tuple[float, float]:
+        """(wall seconds, CPU seconds of this process and the commands it ran)."""
         self.reset()
+        c0 = _cpu()
         t0 = time.monotonic()
         fn()
-        return time.monotonic() - t0
+        return time.monotonic() - t0, _cpu() - c0
+
+
+def _cpu() -> float:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _sh(cmd: str) -> None:
@@ -135,29 +143,30 @@ def _s3_variants(b: Bench, expected: Expected, s3: Any, keys: list[str]) -> dict
     return {"engine": engine, "naive": naive, f"limit: boto3 x{WORKERS}": limit}
 
 
-def _measure(b: Bench, variants: dict[str, Callable[[], None]], rounds: int) -> dict[str, float]:
-    times: dict[str, list[float]] = {name: [] for name in variants}
+def _measure(b: Bench, variants: dict[str, Callable[[], None]], rounds: int) -> dict[str, tuple[float, float]]:
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     names = list(variants)
     for r in range(rounds):
         # Rotate the order so no variant always runs first or last.
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            times[name].append(b.time(variants[name]))
-    return {name: statistics.median(ts) for name, ts in times.items()}
+            runs[name].append(b.time(variants[name]))
+    return {name: (statistics.median(w for w, _ in rs), statistics.median(c for _, c in rs)) for name, rs in runs.items()}
 
 
-def _rows(source: str, medians: dict[str, float], size: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    gbps = {name: size / s / 1e9 for name, s in medians.items()}
+def _rows(source: str, medians: dict[str, tuple[float, float]], size: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    gbps = {name: size / wall / 1e9 for name, (wall, _) in medians.items()}
     limit = max(v for k, v in gbps.items() if k.startswith("limit"))
     rows = []
-    for name, s in medians.items():
+    for name, (wall, cpu) in medians.items():
         rows.append(
             {
                 "source": source,
                 "variant": name,
-                "seconds": f"{s:.2f}",
+                "seconds": f"{wall:.2f}",
                 "GB/s": f"{gbps[name]:.2f}",
                 "x limit": f"{gbps[name] / limit:.2f}",
                 "x naive": f"{gbps[name] / gbps['naive']:.2f}",
+                "CPU s/GB": f"{cpu / (size / 1e9):.2f}",
             }
         )
     return rows, {"vs_limit": gbps["engine"] / limit, "vs_naive": gbps["engine"] / gbps["naive"]}
@@ -175,7 +184,7 @@ def _model(root: Path, shards: int, shard_bytes: int) -> tuple[Path, Expected, i
 def run(quick: bool) -> dict[str, Any]:
     shards, shard_bytes = (4, 64 << 20) if quick else (8, 512 << 20)
     s3_shards, s3_shard_bytes = (2, 64 << 20) if quick else (4, 256 << 20)
-    rounds = 1 if quick else 3
+    rounds = int(os.environ.get("BENCH_WARMUP_ROUNDS", "1" if quick else "3"))
     work = Path(tempfile.mkdtemp(prefix="bench-warmup-", dir=os.environ.get("BENCH_WARMUP_DIR")))
     load_before = os.getloadavg()
     notes = []
@@ -215,7 +224,10 @@ def run(quick: bool) -> dict[str, Any]:
         if bench.cold
         else "Cache: /proc/sys/vm/drop_caches not writable; every variant started with the source read once (warm source)."
     )
-    notes.append(f"Machine: {os.cpu_count()} CPUs, load average {load_before[0]:.1f} before, {load_after[0]:.1f} after.")
+    notes.append(
+        f"Machine: {len(os.sched_getaffinity(0))} usable CPUs, load average {load_before[0]:.1f} before, {load_after[0]:.1f} after. "
+        "CPU s/GB: user+system time of the client and the commands it ran (moto_server's own CPU is not counted)."
+    )
     notes.append(
         f"Goal (POSIX): engine >= {GOAL_VS_LIMIT}x the limit and >= {GOAL_VS_NAIVE}x naive: "
         f"{posix_ratio['vs_limit']:.2f}x and {posix_ratio['vs_naive']:.2f}x -> {'met' if met else 'MISSED'}. "

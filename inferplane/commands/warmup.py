@@ -50,11 +50,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class Progress:
     """Per-file and total progress on a terminal, redrawn in place twice a second."""
 
-    def __init__(self, total_hint: int, out: TextIO) -> None:
+    def __init__(self, out: TextIO) -> None:
         self.out = out
-        self.total = total_hint
+        self.total = 0
+        self.files = 0
+        self.files_done = 0
         self.done = 0
         self.current: dict[str, int] = {}
+        self.sizes: dict[str, int] = {}
         self.t0 = time.monotonic()
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -65,9 +68,16 @@ class Progress:
             self.done += n
             self.current[rel] = self.current.get(rel, 0) + n
 
+    def on_plan(self, sizes: dict[str, int]) -> None:
+        with self.lock:
+            self.sizes = sizes
+            self.files, self.total = len(sizes), sum(sizes.values())
+            self.t0 = time.monotonic()
+
     def on_file(self, rel: str, action: str, size: int, seconds: float) -> None:
         with self.lock:
             self.current.pop(rel, None)
+            self.files_done += 1
             rate = size / seconds / 1e9 if seconds > 0 else 0.0
             self.out.write(f"\r\033[K  {action:8s} {rel}  {_gib(size)} in {seconds:.1f} s ({rate:.2f} GB/s)\n")
 
@@ -76,8 +86,12 @@ class Progress:
             with self.lock:
                 elapsed = time.monotonic() - self.t0
                 rate = self.done / elapsed / 1e9 if elapsed > 0 else 0.0
-                active = ", ".join(sorted(self.current)[:3])
-                self.out.write(f"\r\033[K  {_gib(self.done)} copied, {rate:.2f} GB/s  [{active}]")
+                active = ", ".join(f"{rel} {100 * n // max(1, self.sizes.get(rel, 1))}%" for rel, n in sorted(self.current.items())[:3])
+                pct = 100 * self.done // max(1, self.total)
+                self.out.write(
+                    f"\r\033[K  {_gib(self.done)} of {_gib(self.total)} ({pct}%), {self.files_done}/{self.files} files, "
+                    f"{rate:.2f} GB/s  [{active}]"
+                )
                 self.out.flush()
 
     def __enter__(self) -> Progress:
@@ -124,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             addressing=args.s3_addressing,
             ca_file=args.ca_file or "",
         )
-        progress = Progress(model.size_bytes or 0, sys.stderr)
+        progress = Progress(sys.stderr)
         options = Options(
             workers=args.workers,
             streams=args.streams,
@@ -137,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
             exclude=tuple(args.exclude),
             on_progress=progress.on_progress if show else None,
             on_file=progress.on_file if show else None,
+            on_plan=progress.on_plan if show else None,
         )
         if show:
             print(f"warming {args.model} ({release.release}) from {source.describe()} into {os.path.abspath(dest)}", file=sys.stderr)

@@ -108,6 +108,7 @@ class Options:
     exclude: tuple[str, ...] = ()  # fnmatch patterns of source paths not to copy
     on_progress: Callable[[str, int], None] | None = None  # (relative path, bytes just hashed)
     on_file: Callable[[str, str, int, float], None] | None = None  # (relative path, action, bytes, seconds)
+    on_plan: Callable[[dict[str, int]], None] | None = None  # {relative path: size} of what will be copied, before the first byte
 
 
 # --------------------------------------------------------------------------------------------
@@ -903,6 +904,8 @@ class Engine:
                 self.state.meta.pop("verified", None)
                 self.state.save()
             self._remove_orphan_temps(files)
+            if self.opt.on_plan is not None:
+                self.opt.on_plan({f.rel: f.size for f in todo})
             t_copy = time.monotonic()
             self._copy_all(todo, listing, res)
             res.seconds = round(time.monotonic() - t_copy, 3)
