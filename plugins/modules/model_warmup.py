@@ -68,8 +68,9 @@ kind: {description: "On failure: input, source, verify, space, busy or io.", ret
 path: {description: On failure, the file the failure is about (when there is one)., returned: failure, type: str}
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.warmup import Expected, Options, WarmupError, open_source, warm_up
+# Ansible's module layout puts DOCUMENTATION/EXAMPLES/RETURN before the imports.
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.warmup import Expected, Options, WarmupError, open_source, warm_up  # noqa: E402
 
 
 def main() -> None:
