@@ -210,6 +210,17 @@ def runbook_rbac(spec: PlatformSpec) -> list[dict[str, Any]]:
             # Reach an engine or a master directly (drain checks, KV-transfer test, failover drill).
             {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["create"]},
             {"apiGroups": ["apps"], "resources": ["statefulsets", "deployments"], "verbs": ["get", "list", "watch"]},
+            # One rollout per pool at a time: the upgrade and switch runbooks hold a Lease per pool.
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+            },
+            # Blue/green (playbooks/switch-model.yml, ADR 0090): a temporary set of LWS, headless Services and
+            # an SMG Deployment; the gateway Service's selector moves clients, the gateway left behind restarts.
+            {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"], "verbs": ["create", "delete"]},
+            {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "patch", "delete"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create", "patch", "delete"]},
         ],
     }
     binding = {
