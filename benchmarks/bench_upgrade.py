@@ -16,21 +16,20 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from inferplane.loadgen import LoadSpec, run_load_sync
 from inferplane.local import LocalPlatform, load_config
 from inferplane.local.handle import PlatformHandle, free_base_port
 from inferplane.local.http import get_json
-from inferplane.loadgen import LoadSpec, run_load_sync
-from inferplane.spec import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT))
-from tests.integration.rollout_support import evidence, patch_release, run_playbook, settle_store  # noqa: E402
+# The playbook runner and release helpers the integration tests use (`python -m benchmarks` runs
+# from the repository root, where `tests` is importable).
+from tests.integration.rollout_support import evidence, patch_release, run_playbook, settle_store
 
 CRITICAL = ("drain", "recreate", "verify", "kv_transfer")
 
