@@ -99,8 +99,13 @@ def _numa(value: str | None) -> int | None:
     return int(value) if value.isdigit() else None
 
 
+# nvidia-smi underlines the matrix header with SGR escapes even when stdout is not a terminal
+# (seen on a real H200, driver 580.159.04); recorded fixtures often have them stripped.
+_ANSI_SGR = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def parse_topo(text: str) -> Topology:
-    lines = text.splitlines()
+    lines = _ANSI_SGR.sub("", text).splitlines()
     header_index = next((i for i, line in enumerate(lines) if "\t" in line and re.search(r"\bGPU0\b", line)), None)
     if header_index is None:
         first = text.strip().splitlines()[0] if text.strip() else "(empty output)"
