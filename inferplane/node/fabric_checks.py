@@ -2,15 +2,19 @@
 
 Five kinds of pair test, each with a floor from the inventory:
 
-=========================  ==========================  ====================================
+=========================  ==========================  ==============================================
 kind                       tool                        nodes must first pass
-=========================  ==========================  ====================================
-rdma_same_rack             ib_write_bw                 the RDMA checks
-rdma_cross_rack            ib_write_bw                 the RDMA checks
-gpudirect_same_rack        ib_write_bw --use_cuda      the GPU, topology and RDMA checks
-gpudirect_cross_rack       ib_write_bw --use_cuda      the GPU, topology and RDMA checks
-kv_rdma                    transfer_engine_bench       the RDMA checks
-=========================  ==========================  ====================================
+=========================  ==========================  ==============================================
+rdma_same_rack             ib_write_bw                 the basic RDMA checks
+rdma_cross_rack            ib_write_bw                 the basic RDMA checks
+gpudirect_same_rack        ib_write_bw --use_cuda      basic RDMA, rdma_peermem, every GPU and
+                                                       topology check
+gpudirect_cross_rack       ib_write_bw --use_cuda      (same as gpudirect_same_rack)
+kv_rdma                    transfer_engine_bench       the basic RDMA checks
+=========================  ==========================  ==============================================
+
+The basic RDMA checks are devices, port state, link layer, GID, MTU and memlock; nvidia_peermem
+only matters once GPU memory is registered.
 
 The gate is the seed's "basic, then GPUDirect": a node whose port is down is not bandwidth-tested
 (the bandwidth test would only fail for the same reason), so each faulty node fails with the check
@@ -44,13 +48,27 @@ class Kind:
     title: str
 
 
+BASIC_RDMA = ("rdma_devices", "rdma_port_state", "rdma_link_layer", "rdma_gid", "rdma_mtu", "rdma_memlock")
+GPUDIRECT = (*BASIC_RDMA, "rdma_peermem", "gpu:*", "topology:*")
+
 KINDS: dict[str, Kind] = {
-    "rdma_same_rack": Kind("same_rack", "ib_write_bw", False, ("rdma",), "RDMA write bandwidth within a rack"),
-    "rdma_cross_rack": Kind("cross_rack", "ib_write_bw", False, ("rdma",), "RDMA write bandwidth across racks"),
-    "gpudirect_same_rack": Kind("same_rack", "ib_write_bw", True, ("gpu", "topology", "rdma"), "GPUDirect RDMA bandwidth within a rack"),
-    "gpudirect_cross_rack": Kind("cross_rack", "ib_write_bw", True, ("gpu", "topology", "rdma"), "GPUDirect RDMA bandwidth across racks"),
-    "kv_rdma": Kind("all", "transfer_engine_bench", False, ("rdma",), "Mooncake KV transfer carried by RDMA"),
+    "rdma_same_rack": Kind("same_rack", "ib_write_bw", False, BASIC_RDMA, "RDMA write bandwidth within a rack"),
+    "rdma_cross_rack": Kind("cross_rack", "ib_write_bw", False, BASIC_RDMA, "RDMA write bandwidth across racks"),
+    "gpudirect_same_rack": Kind("same_rack", "ib_write_bw", True, GPUDIRECT, "GPUDirect RDMA bandwidth within a rack"),
+    "gpudirect_cross_rack": Kind("cross_rack", "ib_write_bw", True, GPUDIRECT, "GPUDirect RDMA bandwidth across racks"),
+    "kv_rdma": Kind("all", "transfer_engine_bench", False, BASIC_RDMA, "Mooncake KV transfer carried by RDMA"),
 }
+
+
+def blocking(gates: tuple[str, ...], failing: dict[str, list[str]]) -> list[str]:
+    """The failing checks that keep a node out of a test: named ones, or any of an area's (``gpu:*``)."""
+    out: list[str] = []
+    for gate in gates:
+        if gate.endswith(":*"):
+            out += [c for c in failing.get(gate[:-2], []) if c not in out]
+        elif any(gate in names for names in failing.values()) and gate not in out:
+            out.append(gate)
+    return out
 
 
 def check_name(kind: str) -> str:
@@ -137,9 +155,9 @@ def plan(nodes: list[dict], kinds: list[str], base_port: int) -> dict:
         excluded: dict[str, str] = {}
         eligible = []
         for n in nodes:
-            blocking = [c for area in spec.gates for c in n.get("failing", {}).get(area, [])]
-            if blocking:
-                excluded[n["name"]] = f"prerequisite failed: {', '.join(blocking)}"
+            blocked_by = blocking(spec.gates, n.get("failing") or {})
+            if blocked_by:
+                excluded[n["name"]] = f"prerequisite failed: {', '.join(blocked_by)}"
             elif not n.get("rails"):
                 excluded[n["name"]] = "no GPU/NIC rail to test (declare preflight_topology_gpu_nic or fix the topology)"
             else:
