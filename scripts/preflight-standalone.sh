@@ -61,14 +61,15 @@ export LC_ALL=${LC_ALL:-C.UTF-8} ANSIBLE_LOCAL_TEMP=$work/ansible-local ANSIBLE_
 
 echo "preflight-standalone: ansible-core from $wheels (Python $pyver)"
 mkdir -p "$work/bin"
-if "$py" -m venv "$work/venv" >/dev/null 2>&1 && "$work/venv/bin/python" -m pip --version >/dev/null 2>&1; then
+# PREFLIGHT_NO_VENV=1 takes the unpacked-wheels path on purpose (to test it where venv works).
+if [ -z "${PREFLIGHT_NO_VENV:-}" ] && "$py" -m venv "$work/venv" >/dev/null 2>&1 && "$work/venv/bin/python" -m pip --version >/dev/null 2>&1; then
   "$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --find-links "$wheels" ansible-core ||
     fail "pip could not install ansible-core from $wheels (wheels for another Python or platform?)"
   node_python=$work/venv/bin/python
   ln -s "$work/venv/bin/ansible-playbook" "$work/bin/ansible-playbook"
 else
   # No ensurepip (Ubuntu without python3-venv): the wheels unpacked onto PYTHONPATH work the same.
-  echo "preflight-standalone: '$py -m venv' has no pip here; unpacking the wheels instead"
+  echo "preflight-standalone: no venv with pip here (python3-venv missing, or PREFLIGHT_NO_VENV set); unpacking the wheels instead"
   for w in "$wheels"/*.whl; do "$py" -m zipfile -e "$w" "$work/site" || fail "cannot unpack $w"; done
   node_python=$(command -v "$py")
   printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec %s -c "import sys; from ansible.cli.playbook import main; sys.argv[0] = \\"ansible-playbook\\"; sys.exit(main())" "$@"\n' \
