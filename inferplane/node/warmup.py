@@ -678,9 +678,8 @@ class _FileCopy:
         self.buffers = buffers
 
     def _check(self) -> None:
-        if self.error is not None:
-            raise _Cancelled()
-        if self.engine.cancel.is_set():
+        """Stop this thread when another thread of the file, or another file, has failed."""
+        if self.error is not None or self.engine.cancel.is_set():
             raise _Cancelled()
 
     def _fetch_loop(self) -> None:
