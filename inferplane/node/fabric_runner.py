@@ -21,6 +21,7 @@ Stdlib only: this file runs on nodes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -277,7 +278,5 @@ def _signal_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass

@@ -55,8 +55,9 @@ def parse_nvlink_status(text: str) -> dict[int, GpuLinks]:
             raw = link.group(2)
             speed = _SPEED.search(raw)
             # Anything but a speed ("<inactive>", "Disabled", "0 GB/s") means the link carries nothing.
-            active = bool(speed) and float(speed.group(1)) > 0
-            current.links.append(Link(int(link.group(1)), active, float(speed.group(1)) if speed else None, raw))
+            gbytes = float(speed.group(1)) if speed else None
+            active = gbytes is not None and gbytes > 0
+            current.links.append(Link(int(link.group(1)), active, gbytes, raw))
             continue
         gpu = _GPU.match(line)
         if gpu:

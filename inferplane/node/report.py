@@ -75,7 +75,7 @@ def assemble(
     label_prefix: str = "inferplane.io",
     release: str | None = None,
 ) -> dict:
-    """``nodes``: ``{name, rack, results}`` where results is the node's ``preflight_results`` fact
+    """``nodes``: ``{name, rack, results}`` where results maps each area that ran to its ``preflight_<area>_results`` fact
     (``{gpu|topology|rdma|host: {checks, skipped, facts}, fabric: {client, server}}``) or None."""
     attributed = _fabric_attribution(nodes, plan_doc, floors, kinds) if plan_doc else {}
     reports = {}

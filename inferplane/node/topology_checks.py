@@ -13,6 +13,7 @@ Stdlib only: this file runs on nodes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .checks import FAIL, OK, WARN, Check, Skip, check, join_limited, skip
@@ -30,7 +31,7 @@ class TopologyExpect:
     tolerated_links: tuple[str, ...] = ("PHB", "NODE")
 
 
-def _compact(mapping: dict[int, object]) -> str:
+def _compact(mapping: Mapping[int, object]) -> str:
     """``GPU0-3:0 GPU4-7:1`` for a GPU -> value map."""
     runs: list[tuple[int, int, object]] = []
     for gpu in sorted(mapping):

@@ -36,8 +36,9 @@ client: {description: "per test id: parsed client results (run).", type: dict, r
 server: {description: "per test id: parsed server results (collect).", type: dict, returned: collect}
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fabric_runner import Options, collect, run_clients, serve
+# Ansible's module layout puts DOCUMENTATION/RETURN before the imports.
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.fabric_runner import Options, collect, run_clients, serve  # noqa: E402
 
 
 def main():

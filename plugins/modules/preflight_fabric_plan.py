@@ -20,11 +20,12 @@ RETURN = r"""
 plan: {description: "nodes (serve/run tests per node), edges, excluded and no_peer per test kind.", type: dict, returned: always}
 """
 
-import os
-import time
+# Ansible's module layout puts DOCUMENTATION/RETURN before the imports.
+import os  # noqa: E402
+import time  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.fabric_checks import KINDS, plan
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.fabric_checks import KINDS, plan  # noqa: E402
 
 
 def main():

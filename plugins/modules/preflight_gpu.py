@@ -29,14 +29,15 @@ skipped: {description: "checks not evaluated {area, name, reason}", type: list, 
 facts: {description: parsed GPU facts (driver, CUDA, per-GPU uuid/bus/model/memory)., type: dict, returned: always}
 """
 
-import os
+# Ansible's module layout puts DOCUMENTATION/RETURN before the imports.
+import os  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu_checks import GpuExpect, evaluate
-from ansible.module_utils.nvidia_smi import SmiParseError, parse_query_xml
-from ansible.module_utils.nvlink import parse_nvlink_status
-from ansible.module_utils.probe import read_file, run_tool
-from ansible.module_utils.sysinfo import parse_xids
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.gpu_checks import GpuExpect, evaluate  # noqa: E402
+from ansible.module_utils.nvidia_smi import SmiParseError, parse_query_xml  # noqa: E402
+from ansible.module_utils.nvlink import parse_nvlink_status  # noqa: E402
+from ansible.module_utils.probe import read_file, run_tool  # noqa: E402
+from ansible.module_utils.sysinfo import parse_xids  # noqa: E402
 
 NVSWITCH_DIR = "/proc/driver/nvidia-nvswitch/devices"
 
@@ -125,7 +126,10 @@ def main():
         facts.update(
             driver_version=smi.driver_version,
             cuda_version=smi.cuda_version,
-            gpus=[{"index": g.index, "name": g.name, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id, "memory_mib": g.memory_total_mib} for g in smi.gpus],
+            gpus=[
+                {"index": g.index, "name": g.name, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id, "memory_mib": g.memory_total_mib}
+                for g in smi.gpus
+            ],
         )
     module.exit_json(changed=False, checks=checks, skipped=skipped, facts=facts)
 

@@ -26,12 +26,13 @@ skipped: {description: checks not evaluated., type: list, returned: always}
 facts: {description: measured values., type: dict, returned: always}
 """
 
-import os
+# Ansible's module layout puts DOCUMENTATION/RETURN before the imports.
+import os  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.host_checks import HostExpect, evaluate
-from ansible.module_utils.probe import existing_parent, fs_bytes, read_file, run_tool
-from ansible.module_utils.sysinfo import parse_meminfo
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.host_checks import HostExpect, evaluate  # noqa: E402
+from ansible.module_utils.probe import existing_parent, fs_bytes, read_file, run_tool  # noqa: E402
+from ansible.module_utils.sysinfo import parse_meminfo  # noqa: E402
 
 
 def main():

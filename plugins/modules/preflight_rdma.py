@@ -25,14 +25,15 @@ skipped: {description: checks not evaluated., type: list, returned: always}
 facts: {description: "hcas (parsed ibv_devinfo) and gpudirect_method (peermem, dmabuf or null).", type: dict, returned: always}
 """
 
-import os
-import resource
+# Ansible's module layout puts DOCUMENTATION/RETURN before the imports.
+import os  # noqa: E402
+import resource  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ibv import NO_DEVICES, parse_ibv_devinfo
-from ansible.module_utils.probe import read_file, run_tool
-from ansible.module_utils.rdma_checks import UNLIMITED, RdmaExpect, evaluate
-from ansible.module_utils.sysinfo import parse_modules
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.ibv import NO_DEVICES, parse_ibv_devinfo  # noqa: E402
+from ansible.module_utils.probe import read_file, run_tool  # noqa: E402
+from ansible.module_utils.rdma_checks import UNLIMITED, RdmaExpect, evaluate  # noqa: E402
+from ansible.module_utils.sysinfo import parse_modules  # noqa: E402
 
 
 def hcas(module):

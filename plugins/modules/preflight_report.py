@@ -12,7 +12,11 @@ description:
 options:
   names: {description: inventory names of the GPU nodes., type: list, elements: str, required: true}
   racks: {description: each node's rack, in the order of names., type: list, elements: raw, required: true}
-  results: {description: "each node's preflight_results fact (null when it never ran), in the order of names.", type: list, elements: raw, required: true}
+  results:
+    description: "per node, in the order of names: {gpu, topology, rdma, host, fabric} with each role's preflight_<area>_results, null where it did not run."
+    type: list
+    elements: dict
+    required: true
   plan: {description: the fabric plan (null when the fabric tests did not run)., type: dict}
   floors: {description: per fabric test kind, its floor (Gb/s for ib_write_bw, GB/s for the KV test)., type: dict, default: {}}
   kinds: {description: the fabric test kinds that ran., type: list, elements: str, default: []}
@@ -28,11 +32,14 @@ summary: {description: fleet summary document., type: dict, returned: always}
 markdown: {description: fleet summary as Markdown., type: str, returned: always}
 """
 
-import json
-import os
+# Ansible's module layout puts DOCUMENTATION/RETURN before the imports.
+import json  # noqa: E402
+import os  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.report import assemble
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.report import assemble  # noqa: E402
+
+AREAS = ("gpu", "topology", "rdma", "host", "fabric")
 
 
 def main():
@@ -40,7 +47,7 @@ def main():
         argument_spec={
             "names": {"type": "list", "elements": "str", "required": True},
             "racks": {"type": "list", "elements": "raw", "required": True},
-            "results": {"type": "list", "elements": "raw", "required": True},
+            "results": {"type": "list", "elements": "dict", "required": True},
             "plan": {"type": "dict"},
             "floors": {"type": "dict", "default": {}},
             "kinds": {"type": "list", "elements": "str", "default": []},
@@ -54,10 +61,11 @@ def main():
     p = module.params
     if not len(p["names"]) == len(p["racks"]) == len(p["results"]):
         module.fail_json(msg="names, racks and results must have one entry per node, in the same order")
-    nodes = [
-        {"name": n, "rack": r, "results": x if isinstance(x, dict) else None}
-        for n, r, x in zip(p["names"], p["racks"], p["results"], strict=True)
-    ]
+    nodes = []
+    for name, rack, per_area in zip(p["names"], p["racks"], p["results"], strict=True):
+        # A node that ran no role at all (unreachable, failed early) has no results: the report says so.
+        results = {area: value for area, value in per_area.items() if area in AREAS and isinstance(value, dict)}
+        nodes.append({"name": name, "rack": rack, "results": results or None})
     floors = {k: float(v) for k, v in (p["floors"] or {}).items()}
     out = assemble(nodes, p["plan"], floors, p["kinds"], p["label_prefix"], p["release"])
     summary = dict(out["summary"], labels=p["labels"])

@@ -24,10 +24,11 @@ skipped: {description: checks not evaluated., type: list, returned: always}
 facts: {description: "gpu_map (GPU -> numa, nic, link) and the NICs in the matrix.", type: dict, returned: always}
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.probe import run_tool
-from ansible.module_utils.topo import TopoParseError, parse_topo
-from ansible.module_utils.topology_checks import TopologyExpect, evaluate
+# Ansible's module layout puts DOCUMENTATION/RETURN before the imports.
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.probe import run_tool  # noqa: E402
+from ansible.module_utils.topo import TopoParseError, parse_topo  # noqa: E402
+from ansible.module_utils.topology_checks import TopologyExpect, evaluate  # noqa: E402
 
 
 def main():

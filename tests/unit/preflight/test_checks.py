@@ -76,7 +76,7 @@ def test_real_h200_fails_the_rdma_checks_because_it_has_no_hca(h200: Path):
 
 
 def test_real_h200_topology_has_no_nic_for_gpudirect(h200: Path):
-    checks, skipped, facts = topology_checks.evaluate(topology_checks.TopologyExpect(), topo.parse_topo((h200 / "topo.txt").read_text()))
+    checks, _, facts = topology_checks.evaluate(topology_checks.TopologyExpect(), topo.parse_topo((h200 / "topo.txt").read_text()))
     lines = by_name(checks)
     assert lines["topo_gpu_numa"]["status"] == OK and lines["topo_gpu_numa"]["observed"] == "GPU0:0"
     assert lines["topo_gpu_nic"]["status"] == FAIL and lines["topo_gpu_nic"]["observed"] == "no RDMA NIC in `nvidia-smi topo -m`"
@@ -190,7 +190,9 @@ def test_gpu_fabric_manager_and_xid_rules():
     line = evaluate_gpu(log, xids=xids)["gpu_xid"]
     assert line["status"] == FAIL and line["observed"] == "Xid 79 on 0000:18:00 x1 (GPU has fallen off the bus)"
     assert evaluate_gpu(log, xids=sysinfo.parse_xids("NVRM: Xid (PCI:0000:18:00): 13, pid=1, x\n"))["gpu_xid"]["status"] == WARN
-    unreadable = gpu_checks.evaluate(release_expect(8, 0), log, nvlink={}, xids=None, kernel_log_error="dmesg: read kernel buffer failed")[0]
+    unreadable = gpu_checks.evaluate(release_expect(8, 0), log, nvlink={}, xids=None, kernel_log_error="dmesg: read kernel buffer failed")[
+        0
+    ]
     assert by_name(unreadable)["gpu_xid"]["status"] == WARN and "become" in by_name(unreadable)["gpu_xid"]["hint"]
 
 
@@ -263,7 +265,12 @@ def test_topology_tolerated_links_warn_and_missing_nic_fails():
 def test_host_rules():
     gib = 1 << 30
     expect = host_checks.HostExpect(
-        shm_min_gib=16, cache_dir="/var/lib/inferplane/models", cache_min_free_gib=100, hugepages_min=8, kernel_prefix="6.8.", ofed_version="25.07-0.9.7.0"
+        shm_min_gib=16,
+        cache_dir="/var/lib/inferplane/models",
+        cache_min_free_gib=100,
+        hugepages_min=8,
+        kernel_prefix="6.8.",
+        ofed_version="25.07-0.9.7.0",
     )
     checks, _ = host_checks.evaluate(
         expect,

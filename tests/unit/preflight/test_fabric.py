@@ -3,7 +3,6 @@ serve/run/collect steps against the fake ib_write_bw and transfer_engine_bench o
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from pathlib import Path
 
@@ -13,6 +12,8 @@ from inferplane.node import fabric_checks as fc
 from inferplane.node import fabric_runner as fr
 from inferplane.node.checks import FAIL, OK, WARN
 from inferplane.node.report import assemble
+
+from .conftest import port_block
 
 RAILS = {0: "mlx5_0", 4: "mlx5_4"}
 
@@ -129,18 +130,22 @@ def _our_servers() -> list[str]:
 @pytest.mark.usefixtures("fake_path")
 def test_serve_run_collect_between_three_local_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("INFERPLANE_FAKE_VARIANT", "healthy")
-    free = _free_ports(3)
+    free = [port_block() for _ in range(3)]
     nodes = [node(n, r, base_port=p) for (n, r), p in zip([("n1", "a"), ("n2", "a"), ("n3", "b")], free, strict=True)]
     plan = fc.plan(nodes, list(fc.KINDS), 18515)
     options = fr.Options(duration_s=1, gid_index=3, ready_timeout_s=60)
-    served = {n["name"]: fr.serve(plan["nodes"][n["name"]]["serve"], n["name"], str(tmp_path / "s" / "run" / n["name"]), options) for n in nodes}
+    served = {
+        n["name"]: fr.serve(plan["nodes"][n["name"]]["serve"], n["name"], str(tmp_path / "s" / "run" / n["name"]), options) for n in nodes
+    }
     assert all(not e.get("error") for s in served.values() for e in s["servers"].values())
     results = {n["name"]: fr.run_clients(plan["nodes"][n["name"]]["run"], n["name"], served, options) for n in nodes}
     for n in nodes:
         results[n["name"]].update(fr.collect(served[n["name"]]["session"]))
     assert not (tmp_path / "s").exists(), "collect leaves no session directory behind"
     assert _our_servers() == []
-    report = assemble([{"name": n["name"], "rack": n["rack"], "results": {"fabric": results[n["name"]]}} for n in nodes], plan, FLOORS, list(fc.KINDS))
+    report = assemble(
+        [{"name": n["name"], "rack": n["rack"], "results": {"fabric": results[n["name"]]}} for n in nodes], plan, FLOORS, list(fc.KINDS)
+    )
     lines = {name: {c["name"]: c for c in r["checks"]} for name, r in report["nodes"].items()}
     assert lines["n1"]["fabric_rdma_same_rack"]["status"] == OK
     assert lines["n1"]["fabric_rdma_same_rack"]["observed"] == "2/2 pairs ok (min 392.4 Gb/s over 2 rails)"
@@ -153,7 +158,7 @@ def test_serve_run_collect_between_three_local_nodes(tmp_path: Path, monkeypatch
 @pytest.mark.usefixtures("fake_path")
 def test_a_server_that_never_started_fails_its_pair_and_is_cleaned_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("INFERPLANE_FAKE_VARIANT", "healthy")
-    nodes = [node("n1", "a", base_port=_free_ports(1)[0]), node("n2", "a", base_port=_free_ports(1)[0])]
+    nodes = [node("n1", "a", base_port=port_block()), node("n2", "a", base_port=port_block())]
     plan = fc.plan(nodes, ["rdma_same_rack"], 1)
     options = fr.Options(duration_s=1, ready_timeout_s=60, connect_retries=0)
     served = fr.serve(plan["nodes"]["n1"]["serve"], "n1", str(tmp_path / "n1"), options)
@@ -165,24 +170,3 @@ def test_a_server_that_never_started_fails_its_pair_and_is_cleaned_up(tmp_path: 
 
 
 FLOORS = {"rdma_same_rack": 360, "rdma_cross_rack": 340, "gpudirect_same_rack": 350, "gpudirect_cross_rack": 330, "kv_rdma": 20}
-
-
-def _free_ports(count: int) -> list[int]:
-    """Base ports with 64 free ports above each (each rail and pair takes one)."""
-    bases: list[int] = []
-    while len(bases) < count:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + 64 < 65535 and all(_port_free(p) for p in range(base, base + 64)) and all(abs(base - b) > 64 for b in bases):
-            bases.append(base)
-    return bases
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True

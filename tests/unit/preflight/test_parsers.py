@@ -171,7 +171,15 @@ def test_meminfo_and_open_kernel_module():
 def test_perftest_bw_in_gbits_and_mibs():
     out = fake_tool_output_bw(392.4)
     r = perftest.parse_bw(out)
-    assert (r.ok, r.bw_avg_gbps, r.device, r.link_type, r.mtu, r.gid_index, r.msg_size) == (True, 392.4, "mlx5_0", "Ethernet", 4096, 3, 1048576)
+    assert (r.ok, r.bw_avg_gbps, r.device, r.link_type, r.mtu, r.gid_index, r.msg_size) == (
+        True,
+        392.4,
+        "mlx5_0",
+        "Ethernet",
+        4096,
+        3,
+        1048576,
+    )
     mib = out.replace("BW peak[Gb/sec]    BW average[Gb/sec]", "BW peak[MiB/sec]    BW average[MiB/sec]").replace("392.40", "46778.11")
     assert perftest.parse_bw(mib).bw_avg_gbps == pytest.approx(392.4, abs=0.1)
 

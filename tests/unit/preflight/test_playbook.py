@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,21 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, port_block
 
 REPO = Path(__file__).resolve().parents[3]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
-
-
-def _base_ports(count: int) -> list[int]:
-    ports: list[int] = []
-    while len(ports) < count:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 65000 and all(abs(port - p) > 32 for p in ports):
-            ports.append(port)
-    return ports
 
 
 def inventory(tmp_path: Path, nodes: dict[str, dict]) -> Path:
@@ -81,8 +69,10 @@ def preflight(tmp_path: Path, hosts: Path, variant: str, *args: str) -> tuple[in
 
 @pytest.fixture
 def two_nodes(tmp_path: Path) -> Path:
-    a, b = _base_ports(2)
-    return inventory(tmp_path, {"n1": {"rack": "rack-a", "preflight_fabric_base_port": a}, "n2": {"rack": "rack-a", "preflight_fabric_base_port": b}})
+    a, b = port_block(), port_block()
+    return inventory(
+        tmp_path, {"n1": {"rack": "rack-a", "preflight_fabric_base_port": a}, "n2": {"rack": "rack-a", "preflight_fabric_base_port": b}}
+    )
 
 
 @pytest.mark.usefixtures("fake_path")
@@ -97,9 +87,18 @@ def test_a_healthy_fleet_passes_with_exit_0(tmp_path: Path, two_nodes: Path):
 
 @pytest.mark.usefixtures("fake_path")
 def test_failing_nodes_exit_2_and_are_listed_even_in_check_mode(tmp_path: Path, two_nodes: Path):
+    doc = yaml.safe_load(two_nodes.read_text())
+    # A third node nobody can reach (ssh to a closed port) is reported, not silently dropped.
+    doc["all"]["children"]["gpu_nodes"]["hosts"]["n3"] = {
+        "rack": "rack-a",
+        "ansible_connection": "ssh",
+        "ansible_host": "127.0.0.1",
+        "ansible_port": port_block(1),
+    }
+    two_nodes.write_text(yaml.safe_dump(doc))
     rc, out, summary = preflight(tmp_path, two_nodes, "ecc", "--check")
     assert rc == 2, out
-    assert "Preflight failed on 2 node(s)" in out and "n1: gpu_ecc" in out and "n2: gpu_ecc" in out
+    assert "Preflight failed on 3 node(s)" in out and "n1: gpu_ecc" in out and "n2: gpu_ecc" in out and "n3: node_reachable" in out
     assert summary and summary["labels"] == {"applied": False, "reason": "not applied: --check"}
     node = json.loads((tmp_path / "report" / "nodes" / "n1.json").read_text())
     assert node["failing"] == ["gpu_ecc"]
@@ -108,7 +107,7 @@ def test_failing_nodes_exit_2_and_are_listed_even_in_check_mode(tmp_path: Path, 
 
 @pytest.mark.usefixtures("fake_path")
 def test_warnings_only_exit_1(tmp_path: Path):
-    hosts = inventory(tmp_path, {"n1": {"rack": "rack-a", "preflight_fabric_base_port": _base_ports(1)[0]}})
+    hosts = inventory(tmp_path, {"n1": {"rack": "rack-a", "preflight_fabric_base_port": port_block()}})
     rc, out, summary = preflight(tmp_path, hosts, "healthy", "--tags", "fabric")
     assert rc == 1, out
     assert summary and summary["status"] == "warn"

@@ -7,7 +7,10 @@ from inferplane.node.report import assemble, label_value
 
 
 def results(*checks, skipped=(), topology=None) -> dict:
-    return {"gpu": {"checks": list(checks), "skipped": list(skipped), "facts": {}}, "topology": {"checks": [], "skipped": [], "facts": topology or {}}}
+    return {
+        "gpu": {"checks": list(checks), "skipped": list(skipped), "facts": {}},
+        "topology": {"checks": [], "skipped": [], "facts": topology or {}},
+    }
 
 
 def test_statuses_labels_and_an_unreachable_node():
