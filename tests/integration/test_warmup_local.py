@@ -49,7 +49,14 @@ def test_playbook_warms_localhost_and_says_the_local_backend_skips_fluid(local_p
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", "AWS_ACCESS_KEY_ID": s3["AWS_ACCESS_KEY_ID"]}
     env["AWS_SECRET_ACCESS_KEY"] = s3["AWS_SECRET_ACCESS_KEY"]
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventories/local", "playbooks/warmup.yml"]
-    cmd += ["-e", "model_warmup_hosts=localhost", "-e", f"model_warmup_dest={dest}", "-e", f"model_warmup_s3_endpoint={s3['AWS_ENDPOINT_URL']}"]
+    cmd += [
+        "-e",
+        "model_warmup_hosts=localhost",
+        "-e",
+        f"model_warmup_dest={dest}",
+        "-e",
+        f"model_warmup_s3_endpoint={s3['AWS_ENDPOINT_URL']}",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:]
     assert "platform_backend=local: the local platform has no Fluid/Alluxio" in res.stdout
