@@ -19,7 +19,7 @@ description:
     /health, the etcd master_view and every etcd member's status into run_dir/timeline.jsonl.
   - Runs until stop_file exists or max_s passes, then reads every seed key (and the last
     stream keys) back through the same client and returns what was lost.
-  - Meant for C(async) with C(poll: 0); mooncake_drill_wait reads the timeline meanwhile.
+  - Meant for C(async) with C(poll=0); mooncake_drill_wait reads the timeline meanwhile.
     Never deletes anything.
 options:
   run_dir: {type: path, required: true, description: Directory for timeline.jsonl and the client's log.}

@@ -13,7 +13,7 @@ module: mooncake_drill_wait
 short_description: Wait until a Mooncake drill's timeline shows readiness or the expected recovery
 description:
   - C(until=ready) waits for the recorder's store client to have written its seed keys.
-  - C(until=recovered) measures from fault_at (epoch seconds) on: time to a new serving leader,
+  - C(until=recovered) measures from fault_at (epoch seconds) on - time to a new serving leader,
     time until client writes succeed again, samples with two serving leaders, the etcd leader
     change; returns when the drill's expected recovery is visible or timeout_s passes (then fails).
 options:

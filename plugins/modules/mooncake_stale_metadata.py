@@ -18,7 +18,7 @@ description:
   - A descriptor is stale when its segment is not mounted on the serving leader in two
     observations settle_s apart (longer than the masters' client_ttl) and the key did not change
     in between.
-  - Runs the consistency check first (the diagnosis must be healthy: etcd quorum, one serving
+  - Runs the consistency check first (the diagnosis must be healthy - etcd quorum, one serving
     leader that holds master_view, standbys in sync); if it fails nothing is listed or deleted.
   - Deletes only when confirm equals C(delete-stale-metadata), and then each key with a
     compare-and-delete on its mod_revision, so a key re-registered meanwhile survives.
