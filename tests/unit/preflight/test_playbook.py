@@ -106,11 +106,10 @@ def test_failing_nodes_exit_2_and_are_listed_even_in_check_mode(tmp_path: Path, 
 
 
 @pytest.mark.usefixtures("fake_path")
-def test_warnings_only_exit_1(tmp_path: Path):
-    hosts = inventory(tmp_path, {"n1": {"rack": "rack-a", "preflight_fabric_base_port": port_block()}})
-    rc, out, summary = preflight(tmp_path, hosts, "healthy", "--tags", "fabric")
+def test_warnings_only_exit_1_and_limit_scopes_the_report(tmp_path: Path, two_nodes: Path):
+    rc, out, summary = preflight(tmp_path, two_nodes, "healthy", "--tags", "fabric", "--limit", "n1")
     assert rc == 1, out
-    assert summary and summary["status"] == "warn"
+    assert summary and summary["status"] == "warn" and list(summary["nodes"]) == ["n1"]
     assert {w["name"] for w in summary["warnings"]} == {"fabric_rdma_same_rack", "fabric_gpudirect_same_rack", "fabric_kv_rdma"}
     assert all(w["observed"].startswith("no peer") for w in summary["warnings"])
 
