@@ -19,7 +19,7 @@ from inferplane.planner.workload import SEEDS
 PROFILE = Path(__file__).resolve().parent.parent / "profiles" / "h200-deepseek-v3.yaml"
 P_GPUS, D_GPUS = 16, 32
 # Rates at which each seed workload's plan is about 1,000 GPUs on the example profile (prefill
-# groups of 16 GPUs, decode groups of 32); docs/readme/planner.md tabulates the same plans.
+# groups of 16 GPUs, decode groups of 32); README.md tabulates the same plans.
 FLEET_RATES = {"chat": 1200.0, "code": 300.0, "rag": 80.0, "long": 10.0}
 
 

@@ -184,7 +184,7 @@ class PlatformComponent(pulumi.ComponentResource):
             # Namespaces are objects of ours (labels, pod-security level), not Helm's.
             create_namespace=False,
             # CRDs in the chart's crds/ are installed on first install only; upgrades apply them
-            # first by hand (docs/readme/pulumi-addons.md, "Upgrading a chart's CRDs").
+            # first by hand (README.md, "Upgrading a chart's CRDs").
             skip_crds=False,
             cleanup_on_fail=True,
             max_history=10,

@@ -53,7 +53,7 @@ from .weights import WEIGHT_SUFFIX, manifest_sha256
 STATE_FILE = ".inferplane-warmup.json"
 LOCK_FILE = ".inferplane-warmup.lock"
 TMP_SUFFIX = ".inferplane-tmp"
-# Optional, published next to the weights by whoever uploads the model (see docs/readme/warmup.md).
+# Optional, published next to the weights by whoever uploads the model (see README.md).
 LISTING_FILE = "weights.sha256"
 STATE_VERSION = 1
 

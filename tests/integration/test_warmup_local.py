@@ -1,4 +1,4 @@
-"""Warm-up against the local platform's object store, the way docs/readme/warmup.md tells an
+"""Warm-up against the local platform's object store, the way README.md tells an
 operator to: the CLI with the AWS environment from `inferplane local status --json`, and
 playbooks/warmup.yml on the local inventory (the local backend skips the Fluid steps)."""
 
