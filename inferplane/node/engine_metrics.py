@@ -105,18 +105,7 @@ def series(text: str) -> list[tuple[str, dict[str, str], float]]:
 def parse(text: str) -> dict[str, float]:
     """Every metric summed over its label sets (DP ranks, TP ranks, streaming or not)."""
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        split = _split_series(line)
-        if split is None:
-            continue
-        name, _, rest = split
-        fields = rest.split()
-        if not fields:
-            continue
-        try:
-            value = float(fields[0])
-        except ValueError:
-            continue
+    for name, _, value in series(text):
         out[name] = out.get(name, 0.0) + value
     return out
 
