@@ -6,6 +6,7 @@ so tests assert what each stack provisions and how it is wired.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import runpy
 from dataclasses import dataclass, field
@@ -70,6 +71,18 @@ def run_program(stack: str) -> Recorder:
 
     _run()
     return recorder
+
+
+@pytest.fixture(autouse=True)
+def _main_thread_event_loop() -> None:
+    """Pulumi's runtime asks for the main thread's event loop; a test elsewhere that ran
+    ``asyncio.run()`` leaves none behind, so give every Pulumi test a live one."""
+    try:
+        loop = asyncio.get_event_loop()
+        if loop.is_closed():
+            raise RuntimeError("closed")
+    except RuntimeError:
+        asyncio.set_event_loop(asyncio.new_event_loop())
 
 
 @pytest.fixture(scope="module")
