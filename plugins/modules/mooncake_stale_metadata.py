@@ -31,6 +31,7 @@ options:
   expected_etcd_members: {type: int, default: 3, description: etcd members the inventory runs.}
   prefixes: {type: list, elements: str, default: ["mooncake/ram/", "mooncake/rpc_meta/"], description: Descriptor key prefixes.}
   settle_s: {type: float, default: 15, description: Seconds between the two observations.}
+  consistency_wait_s: {type: float, default: 15, description: How long a transient inconsistency (a re-campaigning standby) may take to clear before the check fails.}
   confirm: {type: str, default: "", no_log: false, description: "Must be exactly delete-stale-metadata to delete."}
 """
 
@@ -39,8 +40,15 @@ CONFIRM_PHRASE = "delete-stale-metadata"
 
 
 def consistent(module: AnsibleModule, p: dict) -> tuple[dict, dict]:
-    snap = snapshot(p["etcd_endpoints"], p["masters"], p["cluster_id"])
-    result = assess(snap, expected_masters=p["expected_masters"], expected_etcd_members=p["expected_etcd_members"])
+    # A standby passes through `candidate` for a moment whenever it re-campaigns (seen right after
+    # drills and restarts): look again for a bounded while before calling the platform inconsistent.
+    deadline = time.monotonic() + p["consistency_wait_s"]
+    while True:
+        snap = snapshot(p["etcd_endpoints"], p["masters"], p["cluster_id"])
+        result = assess(snap, expected_masters=p["expected_masters"], expected_etcd_members=p["expected_etcd_members"])
+        if (result["verdict"] == "healthy" and snap.get("segments") is not None) or time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)
     if result["verdict"] != "healthy" or snap.get("segments") is None:
         why = "; ".join(r["what"] for r in result["reasons"]) or snap.get("segments_error", "the leader did not list its segments")
         module.fail_json(
@@ -73,6 +81,7 @@ def main() -> None:
             "expected_etcd_members": {"type": "int", "default": 3},
             "prefixes": {"type": "list", "elements": "str", "default": ["mooncake/ram/", "mooncake/rpc_meta/"]},
             "settle_s": {"type": "float", "default": 15},
+            "consistency_wait_s": {"type": "float", "default": 15},
             "confirm": {"type": "str", "default": "", "no_log": False},
         },
         supports_check_mode=True,
