@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from inferplane.errors import ConfigError, format_validation_error, join_problems
+from inferplane.planner.workload import read_yaml_mapping
 
 # A hand-entered TTFT may undercut the compute time its own throughput and lanes imply by this much
 # (rounding); more than that and the profile contradicts itself.
@@ -230,14 +230,7 @@ def load_profile(path: str | Path) -> Profile:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(str(p), ["--profile: no such file; pass a profile YAML such as profiles/h200-deepseek-v3.yaml"])
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(p), [f"(file): cannot read the profile ({exc})"]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(p), [f"(document): not valid YAML ({str(exc).splitlines()[0]}); fix the syntax"]) from None
-    if not isinstance(doc, dict):
-        raise ConfigError(str(p), [f"(document): expected a mapping with schema_version, name, provenance, ... (got {type(doc).__name__})"])
+    doc = read_yaml_mapping(p, "profile", "schema_version, name, provenance, ...")
     try:
         return Profile.model_validate(doc)
     except ValidationError as exc:

@@ -231,15 +231,21 @@ def load_trace(path: Path) -> Workload:
     )
 
 
-def load_workload_file(path: Path) -> Workload:
+def read_yaml_mapping(path: Path, what: str, keys: str) -> dict:
+    """A planner input file as a mapping, or one ConfigError line saying what is wrong with it."""
     try:
         doc = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), [f"(file): cannot read the workload ({exc})"]) from None
+        raise ConfigError(str(path), [f"(file): cannot read the {what} ({exc})"]) from None
     except yaml.YAMLError as exc:
         raise ConfigError(str(path), [f"(document): not valid YAML ({str(exc).splitlines()[0]}); fix the syntax"]) from None
     if not isinstance(doc, dict):
-        raise ConfigError(str(path), [f"(document): expected a mapping with schema_version, name, requests (got {type(doc).__name__})"])
+        raise ConfigError(str(path), [f"(document): expected a mapping with {keys} (got {type(doc).__name__})"])
+    return doc
+
+
+def load_workload_file(path: Path) -> Workload:
+    doc = read_yaml_mapping(path, "workload", "schema_version, name, requests")
     try:
         wf = WorkloadFile.model_validate(doc)
     except ValidationError as exc:
