@@ -3,7 +3,7 @@
 SGLang moves KV with the Mooncake transfer engine straight from prefill to decode memory, after a
 handshake through the prefill's bootstrap server (``--disaggregation-bootstrap-port``; aiohttp,
 ``GET /health`` -> ``OK``, ``PUT/GET /route``, ``POST /register_dp_rank``, ``POST /query_dp_ranks``).
-Here the bytes travel through the real Mooncake store instead: the prefill ``put``s them and the
+Here the bytes travel through the real Mooncake store instead: the prefill ``put``s them (into its own segment) and the
 decode ``get``s them over TCP, so the store's capacity, leader failover and network are on the path
 and its failures are real failures. The bootstrap server is SGLang's, plus one route that stands
 in for the transfer engine's completion notification (SGLang sends it over ZMQ):
@@ -67,6 +67,7 @@ class MooncakeKvStore:
         self.error: str | None = None
         self.puts = self.gets = self.failures = 0
         self._store: Any = None
+        self._placement: Any = None
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mooncake")
         self._task: asyncio.Task[None] | None = None
 
@@ -168,18 +169,26 @@ class MooncakeKvStore:
         return await done
 
     def _setup(self) -> Any:
-        from mooncake.store import MooncakeDistributedStore
+        from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 
         store = MooncakeDistributedStore()
         rc = store.setup(self.local_hostname, self.metadata, self.segment_bytes, self.local_buffer_bytes, self.protocol, "", self.master)
         if rc != 0:
             self.error = f"setup returned {rc} (is mooncake_master at {self.master} up?)"
             return None
+        # The KV stays in this engine's own segment, as SGLang's KV stays in the prefill's memory
+        # until the decode pulls it. Left to the master, a put may land on the segment of an
+        # engine that exited less than client_ttl ago and fail TRANSFER_FAIL (seen in CI during
+        # a blue/green switch: 1 request of 763).
+        placement = ReplicateConfig()
+        placement.replica_num = 1
+        placement.preferred_segment = store.get_hostname()
+        self._placement = placement
         return store
 
     async def put(self, key: str, value: bytes) -> None:
         store = self._require()
-        rc = await asyncio.get_running_loop().run_in_executor(self._executor, store.put, key, value)
+        rc = await asyncio.get_running_loop().run_in_executor(self._executor, store.put, key, value, self._placement)
         if rc != 0:
             self.failures += 1
             raise StoreUnavailable(f"mooncake put {key} returned {rc}")
