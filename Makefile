@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export CONTAINERS_CONF := $(CURDIR)/.config/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help deps venv conformance-deps lint test pytest unit integration molecule node-image render bench demo demo-down clean
+.PHONY: help deps venv conformance-deps preflight-wheels lint test pytest unit integration molecule node-image render bench demo demo-down clean
 
 help:
 	@echo "make demo       start the local platform, run load through the gateway, print a summary"
@@ -37,6 +37,12 @@ $(VENV)/.conformance: requirements/conformance.txt $(VENV)/.installed
 
 conformance-deps: $(VENV)/.conformance
 
+# ansible-core wheels for scripts/preflight-standalone.sh (a GPU node with Python but no Ansible);
+# the standalone-run test uses them.
+PYVER := $(shell python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+preflight-wheels: venv
+	@scripts/fetch-preflight-wheels.sh $(PYVER)
+
 lint: venv
 	$(BIN)/ruff check inferplane tests benchmarks plugins __main__.py
 	$(BIN)/ruff format --check inferplane tests benchmarks plugins __main__.py
@@ -56,7 +62,7 @@ node-image: deps
 molecule: deps venv node-image
 	@scripts/run-molecule.sh
 
-pytest: deps venv conformance-deps
+pytest: deps venv conformance-deps preflight-wheels
 	$(BIN)/pytest -q
 
 test: deps venv conformance-deps lint pytest molecule
