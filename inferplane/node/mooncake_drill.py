@@ -166,13 +166,14 @@ def wait_for_recovery(
     hold_s: float,
     timeout_s: float,
     poll_s: float = 0.25,
+    need_writes: bool = True,
 ) -> tuple[bool, dict[str, Any]]:
     """Poll the recorder's timeline until the drill's recovery is visible; (done, progress)."""
     deadline = fault_at + timeout_s
     while True:
         progress = drill_progress(read_timeline(timeline_path), fault_at, previous_leader, previous_etcd_leader)
         held = time.time() - fault_at
-        if drill_done(drill, progress, held, hold_s):
+        if drill_done(drill, progress, held, hold_s, need_writes=need_writes):
             progress["waited_s"] = round(held, 3)
             return True, progress
         if time.time() > deadline:

@@ -763,11 +763,16 @@ def drill_progress(
     return out
 
 
-def drill_done(drill: str, progress: dict[str, Any], held_s: float, hold_s: float) -> bool:
-    """Whether the drill's expected recovery has been observed (the wait module polls this)."""
+def drill_done(drill: str, progress: dict[str, Any], held_s: float, hold_s: float, *, need_writes: bool = True) -> bool:
+    """Whether the drill's expected recovery has been observed (the wait module polls this).
+
+    ``need_writes=False`` (leader drills only): a new serving leader is enough. The leader_stop
+    drill waits for that first, restarts the hung leader as its liveness probe would, and only
+    then for writes: a client call in flight to the hung leader stays blocked until then.
+    """
     writes_ok = progress["write_failures"] == 0 or progress["writes_recovered_s"] is not None
     if drill in ("leader_kill", "leader_stop"):
-        return progress["new_leader"] is not None and progress["writes_recovered_s"] is not None
+        return progress["new_leader"] is not None and (progress["writes_recovered_s"] is not None or not need_writes)
     if drill == "etcd_leader_stop":
         return progress["etcd_new_leader_s"] is not None and writes_ok and held_s >= hold_s
     return held_s >= hold_s and writes_ok

@@ -25,6 +25,7 @@ options:
   previous_etcd_leader: {type: str, default: "", description: etcd member id that led before the fault.}
   hold_s: {type: float, default: 0, description: Observe at least this long after the fault.}
   timeout_s: {type: float, default: 60, description: Give up (and fail) after this long.}
+  need_writes: {type: bool, default: true, description: "Leader drills: also wait for client writes to succeed again (false: a new serving leader is enough)."}
 """
 
 
@@ -59,6 +60,7 @@ def main() -> None:
             "previous_etcd_leader": {"type": "str", "default": ""},
             "hold_s": {"type": "float", "default": 0},
             "timeout_s": {"type": "float", "default": 60},
+            "need_writes": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
@@ -75,6 +77,7 @@ def main() -> None:
         previous_etcd_leader=p["previous_etcd_leader"] or None,
         hold_s=p["hold_s"],
         timeout_s=p["timeout_s"],
+        need_writes=p["need_writes"],
     )
     if not done:
         module.fail_json(msg=f"{p['drill']}: expected recovery not seen within {p['timeout_s']} s after the fault", progress=progress)

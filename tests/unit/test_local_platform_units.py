@@ -152,6 +152,10 @@ def test_spawned_process_is_ours_until_its_identity_changes(tmp_path: Path) -> N
 def test_a_process_with_other_arguments_and_no_tag_is_not_ours() -> None:
     other = subprocess.Popen(["sleep", "30"])
     try:
+        # Until the child has exec'd, /proc shows the forked interpreter's arguments (seen in CI).
+        deadline = time.monotonic() + 5
+        while proc.cmdline(other.pid)[-1:] != ["30"] and time.monotonic() < deadline:
+            time.sleep(0.01)
         st = proc.starttime(other.pid)
         assert st is not None
         assert proc.is_ours(proc.Identity(other.pid, st, ("30",)))
