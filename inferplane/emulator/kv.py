@@ -3,10 +3,11 @@
 SGLang moves KV with the Mooncake transfer engine straight from prefill to decode memory, after a
 handshake through the prefill's bootstrap server (``--disaggregation-bootstrap-port``; aiohttp,
 ``GET /health`` -> ``OK``, ``PUT/GET /route``, ``POST /register_dp_rank``, ``POST /query_dp_ranks``).
-Here the bytes travel through the real Mooncake store instead: the prefill ``put``s them (into its own segment) and the
-decode ``get``s them over TCP, so the store's capacity, leader failover and network are on the path
-and its failures are real failures. The bootstrap server is SGLang's, plus one route that stands
-in for the transfer engine's completion notification (SGLang sends it over ZMQ):
+Here the bytes travel through the real Mooncake store instead: the prefill ``put``s them into its
+own segment and the decode ``get``s them over TCP, so the store's capacity, leader failover and
+network are on the path and its failures are real failures. The bootstrap server is SGLang's, plus
+one route that stands in for the transfer engine's completion notification (SGLang sends it over
+ZMQ):
 ``GET /emulator/rooms/{room}?timeout=S`` - the decode's handshake for that room, answered when the
 prefill has stored the room's KV (or failed to).
 
